@@ -1,0 +1,34 @@
+# Two entry points: `make reproduce` (the whole workbook, full profile) and `make test`.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PROFILE ?= full
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: install reproduce smoke test bench models clean-runs
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e .
+	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
+	touch $(STAMP)
+
+install: $(STAMP)
+
+reproduce: $(STAMP)
+	$(PY) -m gpolib reproduce --profile $(PROFILE)
+
+smoke: $(STAMP)
+	$(PY) -m gpolib reproduce --profile smoke
+
+test: $(STAMP)
+	OMP_NUM_THREADS=2 $(PY) -m pytest -q tests notebooks --nbval-lax --sanitize-with notebooks/sanitize.cfg
+
+bench: $(STAMP)
+	$(PY) -m pip install -q -e ".[bench]"
+	$(PY) -m gpolib bench
+
+models: $(STAMP)
+	$(PY) -m gpolib pretrain --arch dense
+	$(PY) -m gpolib pretrain --arch moe

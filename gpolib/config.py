@@ -1,0 +1,225 @@
+"""Configuration dataclasses, validated on construction.
+
+`LossConfig` holds the three axes of the GRPO-family objective (ratio level,
+clipping, aggregation) plus the KL weight. `TrainConfig` holds everything the
+rollout/train loop needs. A bad value raises `ValueError` naming the field and
+the allowed values, before any compute happens.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+RATIO_LEVELS = ("token", "sequence", "sequence_token")
+AGGREGATIONS = ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm")
+ADV_SCALES = ("group", "batch", "none")
+OVERLONG_MODES = ("none", "shaping", "filter")
+GFPO_METRICS = ("length", "efficiency")
+OLD_LOGP_SOURCES = ("trainer", "engine")
+BACKENDS = ("hf", "vllm")
+DEVICES = ("cpu", "cuda", "auto")
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def _fail(name: str, value: Any, allowed: str) -> None:
+    raise ValueError(f"{name}={value!r} is invalid; allowed: {allowed}")
+
+
+def _choice(name: str, value: Any, options: tuple) -> None:
+    if value not in options:
+        _fail(name, value, " | ".join(repr(o) for o in options))
+
+
+def _positive(name: str, value: Any, minimum: float = 0, strict: bool = True, integer: bool = False) -> None:
+    kind = int if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kind):
+        _fail(name, value, f"{'an int' if integer else 'a number'} {'>' if strict else '>='} {minimum}")
+    if (value <= minimum) if strict else (value < minimum):
+        _fail(name, value, f"{'>' if strict else '>='} {minimum}")
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """The policy objective: ratio level x clipping x aggregation (+ optional KL)."""
+
+    ratio_level: str = "token"
+    """'token' (GRPO/DAPO: r_t = pi/pi_old per token), 'sequence' (GSPO Eq. 7:
+    s_i = exp(mean_t log r_t), broadcast to tokens), 'sequence_token' (GSPO-token Eq. 13-14)."""
+    eps_low: float = 0.2
+    """lower clip range: the ratio is clipped below at 1 - eps_low (epsilon_low in DAPO Eq. 8)."""
+    eps_high: float = 0.2
+    """upper clip range: the ratio is clipped above at 1 + eps_high (DAPO Clip-Higher: 0.28)."""
+    aggregation: str = "seq_mean_token_mean"
+    """'seq_mean_token_mean' (GRPO Eq. 3, sample-level), 'token_mean' (DAPO Eq. 8, token-level),
+    'seq_mean_token_sum_norm' (Dr. GRPO: sum of token terms / (B * max_len))."""
+    max_len: Optional[int] = None
+    """constant normaliser of Dr. GRPO (the generation budget); required by 'seq_mean_token_sum_norm'."""
+    beta: float = 0.0
+    """weight of the k3 KL penalty to the reference policy (DeepSeekMath Eq. 3-4); 0 disables it."""
+
+    def __post_init__(self) -> None:
+        _choice("ratio_level", self.ratio_level, RATIO_LEVELS)
+        _choice("aggregation", self.aggregation, AGGREGATIONS)
+        _positive("eps_low", self.eps_low, 0, strict=False)
+        _positive("eps_high", self.eps_high, 0, strict=False)
+        if self.eps_low >= 1:
+            _fail("eps_low", self.eps_low, "0 <= eps_low < 1 (1 - eps_low must stay positive)")
+        _positive("beta", self.beta, 0, strict=False)
+        if self.aggregation == "seq_mean_token_sum_norm" and self.max_len is None:
+            _fail("max_len", None, "a positive int when aggregation='seq_mean_token_sum_norm'")
+        if self.max_len is not None:
+            _positive("max_len", self.max_len, 0, integer=True)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One RL run: model, rollout, reward shaping, group filters, objective, optimiser."""
+
+    name: str = "grpo"
+    """label of the run (usually the preset it came from)."""
+    model: str = "data/models/tiny-qwen3"
+    """local path or hub name of the base causal LM (e.g. 'Qwen/Qwen2.5-0.5B-Instruct')."""
+    task_train: str = "data/tasks/train.jsonl"
+    """training prompts (jsonl with 'prompt' and 'answer')."""
+    task_eval: str = "data/tasks/heldout.jsonl"
+    """held-out prompts for evaluation."""
+    loss: LossConfig = field(default_factory=LossConfig)
+    """the policy objective, see LossConfig."""
+    adv_scale: str = "group"
+    """advantage normalisation: 'group' (GRPO: (r - mean_g) / (std_g + 1e-4)), 'batch', 'none' (Dr. GRPO)."""
+    group_size: int = 8
+    """G: responses sampled per prompt."""
+    prompts_per_step: int = 16
+    """prompts in one rollout batch (the batch holds prompts_per_step * group_size responses)."""
+    steps: int = 100
+    """RL steps (one rollout batch each)."""
+    mu: int = 1
+    """policy updates per rollout batch: the batch is split into mu minibatches, one optimiser step each."""
+    lr: float = 1e-3
+    """AdamW learning rate (LoRA parameters)."""
+    warmup_steps: int = 5
+    """linear learning-rate warm-up, in optimiser steps."""
+    max_grad_norm: float = 1.0
+    """gradient clipping by global norm."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    lora_r: int = 16
+    """LoRA rank; 0 trains all weights (full fine-tuning)."""
+    lora_alpha: int = 32
+    """LoRA scaling alpha."""
+    temperature: float = 1.0
+    """sampling temperature of rollouts (log-probs are taken under the same temperature)."""
+    top_p: float = 1.0
+    """nucleus sampling mass."""
+    max_new_tokens: int = 96
+    """generation budget L_max (tokens); responses that reach it are truncated."""
+    overlong: str = "none"
+    """'none', 'shaping' (DAPO Eq. 13 soft overlong punishment), 'filter' (DAPO overlong filtering:
+    truncated responses are masked out of the loss)."""
+    overlong_cache: int = 16
+    """L_cache of DAPO Eq. 13: the penalty ramps over the last overlong_cache tokens of the budget."""
+    dynamic_sampling: bool = False
+    """DAPO Sec. 3.2: keep only groups with 0 < #correct < G and re-sample until the batch is full."""
+    max_gen_batches: int = 3
+    """upper bound on generation rounds per step under dynamic sampling."""
+    gfpo_k: Optional[int] = None
+    """GFPO: responses retained per group (k of G); None disables the filter."""
+    gfpo_metric: str = "length"
+    """GFPO ranking: 'length' (shortest first) or 'efficiency' (reward / length, highest first)."""
+    gfpo_adaptive: bool = False
+    """GFPO Alg. 2: choose k per prompt from the group's mean-reward quartile."""
+    old_logps: str = "trainer"
+    """source of pi_old: 'trainer' (recomputed) or 'engine' (sampling log-probs, GSPO Sec. 5.4)."""
+    routing_replay: bool = False
+    """MoE only (GSPO Sec. 5.3): replay the rollout's expert choices in the training forward passes."""
+    backend: str = "hf"
+    """rollout engine: 'hf' (transformers generate) or 'vllm' (optional extra, GPU)."""
+    device: str = "cpu"
+    """'cpu', 'cuda' or 'auto'."""
+    dtype: str = "float32"
+    """parameter/compute dtype of the policy."""
+    eval_every: int = 0
+    """held-out evaluation every N steps (0: only at start and end)."""
+    eval_prompts: int = 128
+    """held-out prompts per evaluation."""
+    eval_samples: int = 4
+    """samples per held-out prompt at T = temperature (plus one greedy)."""
+    checkpoint_every: int = 10
+    """checkpoint every N steps (LoRA adapter, optimiser, RNG, metrics)."""
+    seed: int = 0
+    """seed of prompts, sampling and initialisation."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.loss, LossConfig):
+            _fail("loss", self.loss, "a LossConfig")
+        for name in ("name", "model", "task_train", "task_eval"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                _fail(name, getattr(self, name), "a non-empty string")
+        _choice("adv_scale", self.adv_scale, ADV_SCALES)
+        _choice("overlong", self.overlong, OVERLONG_MODES)
+        _choice("gfpo_metric", self.gfpo_metric, GFPO_METRICS)
+        _choice("old_logps", self.old_logps, OLD_LOGP_SOURCES)
+        _choice("backend", self.backend, BACKENDS)
+        _choice("device", self.device, DEVICES)
+        _choice("dtype", self.dtype, DTYPES)
+        for name in ("dynamic_sampling", "gfpo_adaptive", "routing_replay"):
+            if not isinstance(getattr(self, name), bool):
+                _fail(name, getattr(self, name), "True | False")
+        _positive("group_size", self.group_size, 1, integer=True)
+        for name in ("prompts_per_step", "steps", "mu", "max_new_tokens", "max_gen_batches",
+                     "eval_prompts", "eval_samples", "checkpoint_every"):
+            _positive(name, getattr(self, name), 0, integer=True)
+        for name in ("warmup_steps", "lora_r", "lora_alpha", "overlong_cache", "eval_every", "seed"):
+            _positive(name, getattr(self, name), 0, strict=False, integer=True)
+        for name in ("lr", "max_grad_norm", "temperature"):
+            _positive(name, getattr(self, name), 0)
+        _positive("weight_decay", self.weight_decay, 0, strict=False)
+        _positive("top_p", self.top_p, 0)
+        if self.top_p > 1:
+            _fail("top_p", self.top_p, "0 < top_p <= 1")
+        if self.mu > self.prompts_per_step * self.group_size:
+            _fail("mu", self.mu, f"<= prompts_per_step * group_size = {self.prompts_per_step * self.group_size}")
+        if self.overlong_cache >= self.max_new_tokens:
+            _fail("overlong_cache", self.overlong_cache, f"< max_new_tokens = {self.max_new_tokens}")
+        if self.gfpo_k is not None:
+            _positive("gfpo_k", self.gfpo_k, 0, integer=True)
+            if not 2 <= self.gfpo_k <= self.group_size:
+                _fail("gfpo_k", self.gfpo_k, f"2 <= gfpo_k <= group_size = {self.group_size}")
+        if self.gfpo_adaptive and self.gfpo_k is None:
+            _fail("gfpo_adaptive", True, "False unless gfpo_k is set")
+        if self.loss.aggregation == "seq_mean_token_sum_norm" and self.loss.max_len != self.max_new_tokens:
+            _fail("loss.max_len", self.loss.max_len, f"max_new_tokens = {self.max_new_tokens} (Dr. GRPO normaliser)")
+
+    # -- helpers ---------------------------------------------------------------
+    def replace(self, **changes: Any) -> "TrainConfig":
+        """A copy with fields changed; `loss_<field>` keys change the LossConfig."""
+        loss_changes = {k[5:]: changes.pop(k) for k in list(changes) if k.startswith("loss_")}
+        if loss_changes:
+            changes["loss"] = dataclasses.replace(self.loss, **loss_changes)
+        unknown = [k for k in changes if k not in {f.name for f in dataclasses.fields(self)}]
+        if unknown:
+            raise ValueError(f"unknown TrainConfig field(s) {unknown}; allowed: "
+                             f"{sorted(f.name for f in dataclasses.fields(self))} or loss_<LossConfig field>")
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainConfig":
+        d = dict(d)
+        if isinstance(d.get("loss"), dict):
+            d["loss"] = LossConfig(**d["loss"])
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown TrainConfig field(s) {unknown}; allowed: {sorted(known)}")
+        return cls(**d)
+
+    def fingerprint(self) -> str:
+        """Hash of every field: the run-cache key."""
+        blob = json.dumps(self.to_dict(), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]

@@ -1,0 +1,112 @@
+"""Every invalid config raises ValueError naming the field; presets are valid and cited."""
+import dataclasses
+
+import pytest
+
+from gpolib import LossConfig, TrainConfig, presets
+
+INVALID_LOSS = [
+    ({"ratio_level": "word"}, "ratio_level"),
+    ({"aggregation": "median"}, "aggregation"),
+    ({"eps_low": -0.1}, "eps_low"),
+    ({"eps_high": -0.01}, "eps_high"),
+    ({"eps_low": 1.0}, "eps_low"),
+    ({"beta": -0.04}, "beta"),
+    ({"aggregation": "seq_mean_token_sum_norm"}, "max_len"),
+    ({"aggregation": "seq_mean_token_sum_norm", "max_len": 0}, "max_len"),
+    ({"eps_high": "0.28"}, "eps_high"),
+]
+
+INVALID_TRAIN = [
+    ({"group_size": 1}, "group_size"),
+    ({"group_size": 0}, "group_size"),
+    ({"group_size": 8.0}, "group_size"),
+    ({"adv_scale": "std"}, "adv_scale"),
+    ({"gfpo_k": 9}, "gfpo_k"),
+    ({"gfpo_k": 1}, "gfpo_k"),
+    ({"gfpo_adaptive": True}, "gfpo_adaptive"),
+    ({"gfpo_k": 4, "gfpo_metric": "brevity"}, "gfpo_metric"),
+    ({"temperature": 0.0}, "temperature"),
+    ({"temperature": -1.0}, "temperature"),
+    ({"top_p": 1.5}, "top_p"),
+    ({"lr": 0}, "lr"),
+    ({"steps": 0}, "steps"),
+    ({"mu": 0}, "mu"),
+    ({"mu": 10_000}, "mu"),
+    ({"prompts_per_step": -2}, "prompts_per_step"),
+    ({"max_new_tokens": 0}, "max_new_tokens"),
+    ({"overlong": "truncate"}, "overlong"),
+    ({"overlong_cache": 96}, "overlong_cache"),
+    ({"old_logps": "vllm"}, "old_logps"),
+    ({"backend": "sglang"}, "backend"),
+    ({"device": "tpu"}, "device"),
+    ({"dtype": "int8"}, "dtype"),
+    ({"dynamic_sampling": "yes"}, "dynamic_sampling"),
+    ({"max_gen_batches": 0}, "max_gen_batches"),
+    ({"lora_r": -1}, "lora_r"),
+    ({"seed": -3}, "seed"),
+    ({"model": ""}, "model"),
+    ({"loss": {"ratio_level": "token"}}, "loss"),
+    ({"loss": LossConfig("token", 0.2, 0.2, "seq_mean_token_sum_norm", max_len=64)}, "loss.max_len"),
+]
+
+
+@pytest.mark.parametrize("kwargs,field", INVALID_LOSS, ids=[f for _, f in INVALID_LOSS])
+def test_invalid_loss_config_names_field(kwargs, field):
+    with pytest.raises(ValueError, match=rf"^{field.replace('.', '[.]')}=.*allowed"):
+        LossConfig(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs,field", INVALID_TRAIN, ids=[f for _, f in INVALID_TRAIN])
+def test_invalid_train_config_names_field(kwargs, field):
+    with pytest.raises(ValueError, match=rf"^{field.replace('.', '[.]')}=.*allowed"):
+        TrainConfig(**kwargs)
+
+
+def test_error_lists_allowed_values():
+    with pytest.raises(ValueError, match="'token' [|] 'sequence' [|] 'sequence_token'"):
+        LossConfig(ratio_level="tok")
+
+
+def test_unknown_preset_and_unknown_field():
+    with pytest.raises(ValueError, match="preset='ppo2'.*grpo [|] dapo"):
+        presets.get("ppo2")
+    with pytest.raises(ValueError, match="unknown TrainConfig field"):
+        presets.get("grpo", learning_rate=1e-3)
+
+
+@pytest.mark.parametrize("name", presets.PRESETS)
+def test_presets_are_valid_and_round_trip(name):
+    cfg = presets.get(name)
+    assert cfg.name == name
+    assert TrainConfig.from_dict(cfg.to_dict()) == cfg
+    assert cfg.fingerprint() == TrainConfig.from_dict(cfg.to_dict()).fingerprint()
+    assert cfg.replace(seed=1).fingerprint() != cfg.fingerprint()
+
+
+def test_preset_values_match_papers():
+    assert presets.get("grpo").loss == LossConfig("token", 0.2, 0.2, "seq_mean_token_mean")
+    dapo = presets.get("dapo")
+    assert (dapo.loss.eps_low, dapo.loss.eps_high, dapo.loss.aggregation) == (0.2, 0.28, "token_mean")
+    assert dapo.dynamic_sampling and dapo.overlong == "shaping"
+    gspo = presets.get("gspo")
+    assert (gspo.loss.ratio_level, gspo.loss.eps_low, gspo.loss.eps_high, gspo.mu) == ("sequence", 3e-4, 4e-4, 4)
+    dr = presets.get("dr_grpo")
+    assert dr.adv_scale == "none" and dr.loss.max_len == dr.max_new_tokens
+    gfpo = presets.get("gfpo")
+    assert gfpo.gfpo_k is not None and gfpo.gfpo_k < gfpo.group_size
+
+
+def test_overrides_reach_loss_and_dr_grpo_budget():
+    cfg = presets.get("dapo", loss_eps_high=0.2, seed=3)
+    assert cfg.loss.eps_high == 0.2 and cfg.seed == 3
+    assert presets.get("dr_grpo", max_new_tokens=64).loss.max_len == 64
+
+
+def test_every_field_has_a_docstring():
+    import inspect
+    src = inspect.getsource(TrainConfig) + inspect.getsource(LossConfig)
+    for f in dataclasses.fields(TrainConfig) + dataclasses.fields(LossConfig):
+        line = next(l for l in src.splitlines() if l.strip().startswith(f"{f.name}:"))
+        nxt = src.splitlines()[src.splitlines().index(line) + 1].strip()
+        assert nxt.startswith('"""'), f.name

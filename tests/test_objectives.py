@@ -1,0 +1,229 @@
+"""Exact numbers and identities for every objective (DeepSeekMath, DAPO, GSPO, Dr. GRPO)."""
+import math
+
+import pytest
+import torch
+
+from gpolib import LossConfig
+from gpolib.objectives import (aggregate, clip_fractions, clipped_surrogate, group_advantages, importance_ratio,
+                               k1_kl, k3_kl, policy_loss, sequence_log_ratio)
+
+torch.manual_seed(0)
+GRPO = LossConfig("token", 0.2, 0.2, "seq_mean_token_mean")
+DAPO = LossConfig("token", 0.2, 0.28, "token_mean")
+DR = LossConfig("token", 0.2, 0.2, "seq_mean_token_sum_norm", max_len=100)
+ALL = [GRPO, DAPO, DR, LossConfig("sequence", 3e-4, 4e-4, "seq_mean_token_mean"),
+       LossConfig("sequence_token", 3e-4, 4e-4, "seq_mean_token_mean")]
+
+
+def _mask(lengths, T):
+    return (torch.arange(T).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)).float()  # (B, T)
+
+
+# --- R1: advantages of a group of 8 ------------------------------------------
+@pytest.mark.parametrize("n_correct,a_correct,a_wrong", [
+    (1, 0.875 / (math.sqrt(0.125) + 1e-4), -0.125 / (math.sqrt(0.125) + 1e-4)),   # 2.4742, -0.3535
+    (7, 0.125 / (math.sqrt(0.125) + 1e-4), -0.875 / (math.sqrt(0.125) + 1e-4)),   # 0.3535, -2.4742
+    (4, 0.5 / (math.sqrt(2 / 7) + 1e-4), -0.5 / (math.sqrt(2 / 7) + 1e-4)),       # 0.9352, -0.9352
+])
+def test_group_advantages_hand_computed(n_correct, a_correct, a_wrong):
+    r = torch.tensor([1.0] * n_correct + [0.0] * (8 - n_correct))
+    adv = group_advantages(r, 8, "group")
+    assert adv[0].item() == pytest.approx(a_correct, rel=1e-5)
+    assert adv[-1].item() == pytest.approx(a_wrong, rel=1e-5)
+    none = group_advantages(r, 8, "none")
+    assert none[0].item() == pytest.approx(1 - n_correct / 8, abs=1e-7)
+    assert none[-1].item() == pytest.approx(-n_correct / 8, abs=1e-7)
+
+
+def test_group_advantages_one_correct_of_eight_values():
+    adv = group_advantages(torch.tensor([1.0] + [0.0] * 7), 8)
+    assert round(adv[0].item(), 4) == 2.4742 and round(adv[1].item(), 4) == -0.3535
+
+
+def test_group_vs_batch_scale_and_zero_variance():
+    r = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0])  # group 1 mixed, group 2 all wrong
+    g = group_advantages(r, 4, "group")
+    assert torch.all(g[4:] == 0)  # zero-variance group: no signal
+    b = group_advantages(r, 4, "batch")
+    batch_std = r.std().item()
+    assert b[0].item() == pytest.approx((1 - 0.75) / (batch_std + 1e-4), rel=1e-6)
+    with pytest.raises(ValueError, match="group_size"):
+        group_advantages(torch.ones(7), 4)
+    with pytest.raises(ValueError, match="scale"):
+        group_advantages(torch.ones(8), 4, "median")
+
+
+# --- on-policy: ratio 1, clipping inert, gradient = -A grad logp aggregated ---
+@pytest.mark.parametrize("cfg", ALL, ids=lambda c: f"{c.ratio_level}-{c.aggregation}")
+def test_on_policy_gradient_is_advantage_weighted(cfg):
+    B, T = 4, 6
+    lengths = [6, 3, 1, 5]
+    mask = _mask(lengths, T)
+    logps = torch.randn(B, T).requires_grad_()
+    adv = torch.tensor([1.5, -0.5, 2.0, -1.0])
+    loss, info = policy_loss(logps, logps.detach(), adv, mask, cfg)
+    loss.backward()
+    assert info["clip_frac"] == 0.0 and info["ratio_mean"] == pytest.approx(1.0)
+    L = torch.tensor(lengths, dtype=torch.float32).unsqueeze(1)
+    if cfg.aggregation == "seq_mean_token_mean":
+        weight = 1.0 / (B * L)  # sequence level too: d s_i / d logp_t = s_i / |o_i| with s_i = 1
+    elif cfg.aggregation == "token_mean":
+        weight = torch.full_like(L, 1.0 / sum(lengths))
+    else:
+        weight = torch.full_like(L, 1.0 / (B * cfg.max_len))
+    expected = -adv.unsqueeze(1) * weight * mask
+    assert torch.allclose(logps.grad, expected, atol=1e-7)
+    assert loss.item() == pytest.approx(-(adv.unsqueeze(1) * weight * mask).sum().item(), abs=1e-6)
+
+
+# --- D3: per-token gradient weight, 10 vs 100 tokens -------------------------
+@pytest.mark.parametrize("cfg,ratio", [(GRPO, 10.0), (DAPO, 1.0), (DR, 1.0)])
+def test_token_weight_ratio_short_vs_long(cfg, ratio):
+    mask = _mask([10, 100], 100)
+    logps = torch.zeros(2, 100, requires_grad=True)
+    policy_loss(logps, logps.detach(), torch.tensor([1.0, 1.0]), mask, cfg)[0].backward()
+    assert (logps.grad[0, 0] / logps.grad[1, 0]).item() == pytest.approx(ratio, rel=1e-6)
+
+
+def test_dr_grpo_normaliser_independent_of_lengths():
+    for lengths in ([10, 100], [50, 50], [1, 7]):
+        mask = _mask(lengths, 100)
+        logps = torch.zeros(2, 100, requires_grad=True)
+        policy_loss(logps, logps.detach(), torch.tensor([1.0, 1.0]), mask, DR)[0].backward()
+        assert torch.allclose(logps.grad[mask.bool()], torch.tensor(-1.0 / 200))
+
+
+# --- GSPO identities (P1) -----------------------------------------------------
+def test_sequence_ratio_is_geometric_mean():
+    logps = torch.log(torch.tensor([[0.5, 0.25, 0.1]]))
+    old = torch.log(torch.tensor([[0.25, 0.5, 0.1]]))
+    s = torch.exp(sequence_log_ratio(logps, old, torch.ones(1, 3)))
+    assert s.item() == pytest.approx((2.0 * 0.5 * 1.0) ** (1 / 3), rel=1e-6)
+    masked = torch.exp(sequence_log_ratio(logps, old, torch.tensor([[1.0, 0.0, 0.0]])))
+    assert masked.item() == pytest.approx(2.0, rel=1e-6)
+
+
+def test_token_ratio_product_decays_as_in_gspo():
+    assert 0.99 ** 200 == pytest.approx(0.134, abs=5e-4)
+
+
+def test_gspo_equals_grpo_for_one_token_responses():
+    B = 16
+    old = torch.randn(B, 1)
+    adv = torch.randn(B)
+    mask = torch.ones(B, 1)
+    grads = []
+    for level in ("token", "sequence", "sequence_token"):
+        logps = (old + 0.3 * torch.randn(B, 1, generator=torch.Generator().manual_seed(1))).requires_grad_()
+        loss, _ = policy_loss(logps, old, adv, mask, LossConfig(level, 0.2, 0.28, "seq_mean_token_mean"))
+        loss.backward()
+        grads.append((loss.item(), logps.grad.clone()))
+    for value, grad in grads[1:]:
+        assert value == pytest.approx(grads[0][0], abs=1e-6)
+        assert torch.allclose(grad, grads[0][1], atol=1e-6)
+
+
+@pytest.mark.parametrize("eps", [(3e-4, 4e-4), (0.2, 0.2), (0.99, 10.0)])
+def test_gspo_token_equals_gspo_value_and_gradient(eps):
+    B, T = 6, 9
+    mask = _mask([9, 4, 1, 7, 9, 2], T)
+    old = torch.randn(B, T, dtype=torch.float64)
+    delta = 0.05 * torch.randn(B, T, dtype=torch.float64)
+    adv = torch.randn(B, dtype=torch.float64)
+    out = []
+    for level in ("sequence", "sequence_token"):
+        logps = (old + delta).requires_grad_()
+        loss, info = policy_loss(logps, old, adv, mask, LossConfig(level, eps[0], eps[1], "seq_mean_token_mean"))
+        loss.backward()
+        out.append((loss.item(), logps.grad.clone(), info["clip_frac"]))
+    assert out[0][0] == pytest.approx(out[1][0], abs=1e-6)
+    assert torch.allclose(out[0][1], out[1][1], atol=1e-6)
+    assert out[0][2] == pytest.approx(out[1][2])
+
+
+def test_sequence_ratio_broadcast_and_gradient_check():
+    mask = _mask([3, 2], 3).double()
+    old = torch.randn(2, 3, dtype=torch.float64)
+    adv = torch.tensor([1.0, -1.0], dtype=torch.float64)
+    cfg = LossConfig("sequence", 0.99, 10.0, "seq_mean_token_mean")  # wide clip: smooth
+    f = lambda lp: policy_loss(lp, old, adv, mask, cfg)[0]
+    assert torch.autograd.gradcheck(f, (old + 0.1).clone().requires_grad_())
+    r = importance_ratio(old + 0.1, old, mask, "sequence")
+    assert torch.allclose(r, torch.full_like(r, math.exp(0.1)))
+
+
+# --- clipping -----------------------------------------------------------------
+def test_clipped_surrogate_hand_values():
+    ratio = torch.tensor([[0.5, 0.9, 1.0, 1.3, 1.5]])
+    up = clipped_surrogate(ratio, torch.tensor([2.0]), 0.2, 0.28)
+    assert torch.allclose(up, torch.tensor([[1.0, 1.8, 2.0, 2.56, 2.56]]))
+    down = clipped_surrogate(ratio, torch.tensor([-1.0]), 0.2, 0.28)
+    assert torch.allclose(down, torch.tensor([[-0.8, -0.9, -1.0, -1.3, -1.5]]))
+
+
+def test_clip_fractions_hand_built():
+    ratio = torch.tensor([[0.5, 0.9, 1.0, 1.3, 1.5],
+                          [0.5, 0.7, 1.0, 1.3, 1.5]])
+    adv = torch.tensor([1.0, -1.0])
+    mask = torch.tensor([[1.0, 1, 1, 1, 1], [1, 1, 1, 1, 0]])  # last token of row 2 masked
+    f = clip_fractions(ratio, adv, mask, 0.2, 0.28)
+    # high: row 1 tokens 1.3, 1.5 (A>0) -> 2 of 9; low: row 2 tokens 0.5, 0.7 (A<0) -> 2 of 9
+    assert f["clip_frac_high"] == pytest.approx(2 / 9)
+    assert f["clip_frac_low"] == pytest.approx(2 / 9)
+    assert f["clip_frac"] == pytest.approx(4 / 9)
+    # symmetric 0.2: 1.3 and 1.5 clip high; row 1's 0.5 has A > 0 so it is not a clip event
+    assert clip_fractions(ratio, adv, mask, 0.2, 0.2)["clip_frac_high"] == pytest.approx(2 / 9)
+
+
+def test_clip_higher_lets_low_probability_tokens_rise():
+    ratio = torch.tensor([[1.25]], requires_grad=True)
+    clipped_surrogate(ratio, torch.tensor([1.0]), 0.2, 0.2).sum().backward()
+    assert ratio.grad.item() == 0.0  # symmetric: clipped, no gradient
+    ratio.grad = None
+    clipped_surrogate(ratio, torch.tensor([1.0]), 0.2, 0.28).sum().backward()
+    assert ratio.grad.item() == 1.0  # Clip-Higher: still learning
+
+
+# --- aggregation ----------------------------------------------------------------
+def test_aggregations_hand_values():
+    per_token = torch.tensor([[1.0, 2.0, 3.0], [4.0, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
+    assert aggregate(per_token, mask, "seq_mean_token_mean").item() == pytest.approx((2.0 + 4.0) / 2)
+    assert aggregate(per_token, mask, "token_mean").item() == pytest.approx(10.0 / 4)
+    assert aggregate(per_token, mask, "seq_mean_token_sum_norm", max_len=5).item() == pytest.approx(10.0 / 10)
+    with pytest.raises(ValueError, match="max_len"):
+        aggregate(per_token, mask, "seq_mean_token_sum_norm")
+
+
+# --- KL (G2) ------------------------------------------------------------------
+def test_k3_nonnegative_and_zero_at_equality():
+    logp = torch.randn(1000) * 3
+    ref = torch.randn(1000) * 3
+    assert bool((k3_kl(logp, ref) >= 0).all())
+    assert torch.all(k3_kl(logp, logp) == 0)
+    assert k3_kl(torch.tensor(0.0), torch.log(torch.tensor(2.0))).item() == pytest.approx(2 - math.log(2) - 1)
+    assert bool((k1_kl(logp, ref) < 0).any())
+
+
+def test_k3_unbiased_on_small_vocab():
+    g = torch.Generator().manual_seed(0)
+    p = torch.softmax(torch.randn(6, generator=g), 0)
+    q = torch.softmax(torch.randn(6, generator=g), 0)
+    exact = (p * (p / q).log()).sum().item()
+    idx = torch.multinomial(p, 100_000, replacement=True, generator=g)
+    est = k3_kl(p.log()[idx], q.log()[idx]).mean().item()
+    assert abs(est - exact) / exact < 0.02
+
+
+def test_policy_loss_kl_term():
+    mask = torch.ones(2, 3)
+    logps = torch.zeros(2, 3, requires_grad=True)
+    ref = torch.full((2, 3), math.log(0.5))
+    cfg = LossConfig("token", 0.2, 0.2, "token_mean", beta=0.1)
+    loss, info = policy_loss(logps, logps.detach(), torch.zeros(2), mask, cfg, ref_logps=ref)
+    k3 = 0.5 - math.log(0.5) - 1
+    assert info["kl"] == pytest.approx(k3, rel=1e-6)
+    assert loss.item() == pytest.approx(0.1 * k3, rel=1e-6)
+    with pytest.raises(ValueError, match="ref_logps"):
+        policy_loss(logps, logps.detach(), torch.zeros(2), mask, cfg)
