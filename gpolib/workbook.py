@@ -1,0 +1,294 @@
+"""Run the workbook: execute `notebooks/NN_*.ipynb` in order with papermill.
+
+Parameters come from `notebooks/params/<profile>.yaml`:
+
+    common: {KEY: value}     # applied to every notebook
+    "01": {KEY: value}       # applied to notebooks/01_*.ipynb only
+
+Every key must be an assignment in that notebook's cell tagged `parameters`, and its
+value must have the default's type (an int may widen to float; bool is not int).
+The runner sets `PROFILE` itself. Everything is validated before any notebook runs.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import hashlib
+import json
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import yaml
+
+from . import paths, report
+
+_NB_RE = re.compile(r"^(\d\d)_.+\.ipynb$")
+_MISSING = object()
+
+
+class WorkbookError(ValueError):
+    """Invalid profile, params file or --only selection; nothing was run."""
+
+
+class NotebookFailed(RuntimeError):
+    """A notebook raised while executing; the run stopped there."""
+
+    def __init__(self, notebook: str, cell_index: int, message: str):
+        super().__init__(message)
+        self.notebook = notebook
+        self.cell_index = cell_index
+
+
+@dataclass
+class Job:
+    """One notebook to execute with its resolved parameters."""
+
+    prefix: str
+    """two-digit prefix, e.g. "01" """
+    source: Path
+    """the source notebook"""
+    params: dict[str, Any] = field(default_factory=dict)
+    """parameters injected by papermill (params file values + PROFILE)"""
+
+    @property
+    def name(self) -> str:
+        """notebook file stem, e.g. "01_grpo" """
+        return self.source.stem
+
+    @property
+    def params_hash(self) -> str:
+        """sha256 of the parameters, stored in the executed copy to detect changes"""
+        blob = json.dumps(self.params, sort_keys=True, default=str).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------- discovery and parsing
+
+def list_notebooks(notebooks_dir: Path) -> dict[str, Path]:
+    """Prefix -> notebook path for every `NN_*.ipynb`, in prefix order."""
+    found = {}
+    for p in sorted(Path(notebooks_dir).glob("*.ipynb")):
+        m = _NB_RE.match(p.name)
+        if m:
+            if m.group(1) in found:
+                raise WorkbookError(f"two notebooks share prefix {m.group(1)}: {found[m.group(1)].name}, {p.name}")
+            found[m.group(1)] = p
+    return found
+
+
+def available_profiles(notebooks_dir: Path) -> list[str]:
+    """Profile names = the `params/*.yaml` files."""
+    return sorted(p.stem for p in (Path(notebooks_dir) / "params").glob("*.yaml"))
+
+
+def notebook_defaults(path: Path) -> dict[str, Any]:
+    """The literal assignments of the cell tagged `parameters` (parsed, never executed)."""
+    nb = nbformat.read(str(path), as_version=4)
+    cells = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+    if not cells:
+        raise WorkbookError(f"{path.name}: no cell tagged 'parameters'")
+    defaults = {}
+    for node in ast.parse(cells[0].source).body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError as e:
+                raise WorkbookError(f"{path.name}: parameter {ast.unparse(targets[0])} is not a literal") from e
+            for t in targets:
+                if isinstance(t, ast.Name):
+                    defaults[t.id] = value
+    return defaults
+
+
+def load_params_file(path: Path) -> dict[str, dict[str, Any]]:
+    """Section name ("common" or "NN") -> mapping; empty sections become {}."""
+    raw = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(raw, dict):
+        raise WorkbookError(f"{path}: top level must be a mapping")
+    out = {}
+    for key, section in raw.items():
+        name = f"{key:02d}" if isinstance(key, int) else str(key)
+        if section is not None and not isinstance(section, dict):
+            raise WorkbookError(f"{path}: section {name!r} must be a mapping")
+        out[name] = dict(section or {})
+    return out
+
+
+# ---------------------------------------------------------------- validation
+
+def _type_error(value: Any, default: Any) -> str | None:
+    """None if `value` may replace `default`, else 'expected X, got Y'."""
+    if default is None or value is None:
+        return None
+    want, got = type(default), type(value)
+    if want is got or (want is float and got is int):
+        return None
+    return f"expected {want.__name__}, got {got.__name__}"
+
+
+def _check_section(file: Path, nb: Path, section: dict, defaults: dict) -> None:
+    for key, value in section.items():
+        if key == "PROFILE":
+            raise WorkbookError(f"{file.name}: PROFILE is set by the runner, remove it ({nb.name})")
+        default = defaults.get(key, _MISSING)
+        if default is _MISSING:
+            raise WorkbookError(f"{file.name}: key {key!r} is not a parameter of {nb.name}")
+        err = _type_error(value, default)
+        if err:
+            raise WorkbookError(f"{file.name}: {nb.name} parameter {key!r}: {err} ({value!r})")
+
+
+def plan(profile: str, only: list[str] | None, notebooks_dir: Path) -> list[Job]:
+    """Validate profile, params file and selection; return the jobs in order."""
+    profiles = available_profiles(notebooks_dir)
+    if profile not in profiles:
+        raise WorkbookError(f"unknown profile {profile!r}; available: {', '.join(profiles) or 'none'}")
+    file = Path(notebooks_dir) / "params" / f"{profile}.yaml"
+    sections, notebooks = load_params_file(file), list_notebooks(notebooks_dir)
+    for name, section in sections.items():
+        if name != "common" and name not in notebooks and section:
+            raise WorkbookError(f"{file.name}: section {name!r} matches no notebook NN_*.ipynb")
+    unknown = sorted(set(only or []) - set(notebooks))
+    if unknown:
+        raise WorkbookError(f"unknown --only prefix {', '.join(unknown)}; available: {', '.join(notebooks)}")
+    jobs = []
+    for prefix, nb in notebooks.items():
+        defaults = notebook_defaults(nb)
+        if "PROFILE" not in defaults:
+            raise WorkbookError(f"{nb.name}: the parameters cell must define PROFILE")
+        for sec in ("common", prefix):
+            _check_section(file, nb, sections.get(sec, {}), defaults)
+        params = {**sections.get("common", {}), **sections.get(prefix, {}), "PROFILE": profile}
+        jobs.append(Job(prefix, nb, params))
+    return [j for j in jobs if not only or j.prefix in only]
+
+
+# ---------------------------------------------------------------- execution
+
+def is_up_to_date(job: Job, executed: Path) -> bool:
+    """Executed copy exists, is newer than the source and ran with the same parameters.
+
+    The params file's mtime is not compared: the hash covers every parameter the
+    notebook receives, so editing another notebook's section does not rerun this one.
+    """
+    if not executed.exists() or executed.stat().st_mtime < job.source.stat().st_mtime:
+        return False
+    meta = nbformat.read(str(executed), as_version=4).metadata.get("gpolib", {})
+    return meta.get("params_hash") == job.params_hash
+
+
+def _failure(job: Job, err: Exception, executed: Path) -> NotebookFailed:
+    cell = getattr(err, "cell_index", -1)
+    what = f"{getattr(err, 'ename', type(err).__name__)}: {getattr(err, 'evalue', err)}"
+    first = (getattr(err, "source", "") or "").strip().splitlines()[:1]
+    where = f"cell {cell}" + (f" `{first[0][:60]}`" if first else "")
+    msg = f"notebook {job.source.name} failed at {where} ({what}); executed copy: {executed}"
+    return NotebookFailed(job.source.name, cell, msg)
+
+
+def _importable() -> None:
+    """Let the kernels import gpolib from this checkout even when it is not installed."""
+    here = str(paths.repo_root())
+    parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if here not in parts:
+        os.environ["PYTHONPATH"] = os.pathsep.join([here, *parts])
+
+
+def execute(job: Job, executed: Path, html: Path) -> None:
+    """Run one notebook with papermill, stamp gpolib metadata, export HTML."""
+    import papermill as pm
+    from nbconvert import HTMLExporter
+
+    _importable()
+    executed.parent.mkdir(parents=True, exist_ok=True)
+    html.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    try:
+        pm.execute_notebook(str(job.source), str(executed), parameters=job.params,
+                            kernel_name="python3", cwd=str(job.source.parent),
+                            log_output=False, progress_bar=False)
+    except Exception as err:  # PapermillExecutionError, or the kernel died
+        raise _failure(job, err, executed) from err
+    nb = nbformat.read(str(executed), as_version=4)
+    nb.metadata["gpolib"] = {"params_hash": job.params_hash, "parameters": job.params,
+                             "elapsed_s": round(time.time() - t0, 1)}
+    nbformat.write(nb, str(executed))
+    body, _ = HTMLExporter().from_notebook_node(nb)
+    html.write_text(body, encoding="utf-8")
+
+
+def reproduce(profile: str = "full", only: list[str] | None = None, force: bool = False,
+              root: Path | str | None = None, notebooks_dir: Path | str | None = None,
+              build_report: bool = True) -> list[str]:
+    """Execute the selected notebooks in order; returns the names that were run.
+
+    `root` holds `reports/` (default: the repository); `notebooks_dir` defaults to
+    `<root>/notebooks`. Raises WorkbookError before running anything if the profile,
+    params file or `only` is invalid, NotebookFailed on the first failing notebook.
+    """
+    root = Path(root) if root is not None else paths.repo_root()
+    notebooks_dir = Path(notebooks_dir) if notebooks_dir is not None else root / "notebooks"
+    jobs, ran, start = plan(profile, only, notebooks_dir), [], time.time()
+    for i, job in enumerate(jobs, 1):
+        executed = paths.executed_dir(profile, root) / job.source.name
+        html = paths.html_dir(profile, root) / f"{job.name}.html"
+        if not force and is_up_to_date(job, executed):
+            print(f"[{i}/{len(jobs)}] {job.name}: up to date, skipped", flush=True)
+            continue
+        print(f"[{i}/{len(jobs)}] {job.name}: running ...", flush=True)
+        t0 = time.time()
+        execute(job, executed, html)
+        ran.append(job.name)
+        print(f"[{i}/{len(jobs)}] {job.name}: done in {time.time() - t0:.0f} s "
+              f"(total {time.time() - start:.0f} s)", flush=True)
+    if build_report:
+        report.build(profile, root=root)
+    return ran
+
+
+# ---------------------------------------------------------------- command line
+
+def _split_only(text: str | None) -> list[str] | None:
+    return [s.strip() for s in text.split(",") if s.strip()] if text else None
+
+
+def _run_cli(args: argparse.Namespace) -> int:
+    try:
+        reproduce(args.profile, _split_only(args.only), args.force)
+    except WorkbookError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except NotebookFailed as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def add_cli(subparsers) -> argparse.ArgumentParser:
+    """Add `reproduce` to an argparse subparsers object; dispatch with `args.func(args)`."""
+    p = subparsers.add_parser("reproduce", help="execute the workbook notebooks in order")
+    p.add_argument("--profile", choices=paths.PROFILES, default="full",
+                   help="params profile: notebooks/params/<profile>.yaml (default: full)")
+    p.add_argument("--only", default=None, help="comma-separated notebook prefixes, e.g. 00,01")
+    p.add_argument("--force", action="store_true", help="rerun notebooks that are up to date")
+    p.set_defaults(func=_run_cli)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m gpolib.workbook reproduce ...`; returns the exit code."""
+    parser = argparse.ArgumentParser(prog="gpolib")
+    add_cli(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
