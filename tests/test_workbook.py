@@ -127,6 +127,6 @@ def test_run_writes_executed_and_html_then_skips(repo, capsys):
 
 def test_failing_notebook_reports_name_and_cell(repo):
     _notebook(repo / "notebooks" / "01_b.ipynb", body=("x = 1", "1 / 0"))
-    with pytest.raises(NotebookFailed, match=r"01_b.ipynb failed at cell \d+ \(ZeroDivisionError") as err:
+    with pytest.raises(NotebookFailed, match=r"01_b.ipynb failed at cell \d+ `1 / 0` \(ZeroDivisionError") as err:
         workbook.reproduce("full", only=["01"], root=repo, build_report=False)
     assert err.value.notebook == "01_b.ipynb" and err.value.cell_index >= 3
