@@ -1,0 +1,149 @@
+"""A run directory: config, lock, metrics log, checksummed atomic checkpoints, run cache.
+
+Layout of out_dir:
+  config.json        the TrainConfig (its fingerprint is the run-cache key)
+  metrics.jsonl      one JSON object per finished step
+  summary.json       written last; its presence with `finished: true` means the run is reusable
+  ckpt-<step>.pt     trainable weights, optimiser, scheduler, RNG, metrics (+ .sha256 sidecar)
+  .lock              held by the process writing the run
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import warnings
+from pathlib import Path
+
+import torch
+
+from .config import TrainConfig
+
+KEEP_CHECKPOINTS = 2
+
+
+class RunLockedError(RuntimeError):
+    pass
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class RunDir:
+    """Owns one run directory for one config."""
+
+    def __init__(self, out_dir, cfg: TrainConfig):
+        self.path = Path(out_dir)
+        self.cfg = cfg
+        self.lock_path = self.path / ".lock"
+        self._locked = False
+
+    # -- config and cache ---------------------------------------------------
+    def check_config(self) -> None:
+        """Write config.json, or raise if the directory holds a run of another config."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        cfg_path = self.path / "config.json"
+        if cfg_path.exists():
+            old = json.loads(cfg_path.read_text())
+            if old.get("fingerprint") != self.cfg.fingerprint():
+                mine = self.cfg.to_dict()
+                diff = sorted(k for k in set(mine) | set(old.get("config", {}))
+                              if mine.get(k) != old.get("config", {}).get(k))
+                raise ValueError(f"{self.path} holds a run of a different config (fields differ: {diff}); "
+                                 "use another out_dir or delete it")
+        else:
+            blob = {"fingerprint": self.cfg.fingerprint(), "config": self.cfg.to_dict()}
+            _atomic_write(cfg_path, json.dumps(blob, indent=1).encode())
+
+    def finished(self) -> bool:
+        s = self.path / "summary.json"
+        return s.exists() and json.loads(s.read_text()).get("finished", False)
+
+    # -- lock ---------------------------------------------------------------
+    def acquire(self) -> None:
+        """Take the run's lock file; a live holder makes this fail at once."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        for _ in range(2):
+            try:
+                fd = os.open(self.lock_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+                os.write(fd, str(os.getpid()).encode())
+                os.close(fd)
+                self._locked = True
+                return
+            except FileExistsError:
+                try:
+                    pid = int(self.lock_path.read_text() or 0)
+                except (OSError, ValueError):
+                    pid = 0
+                if pid and pid != os.getpid() and _pid_alive(pid):
+                    raise RunLockedError(f"{self.path} is being written by process {pid} (lock {self.lock_path})")
+                self.lock_path.unlink(missing_ok=True)  # stale lock of a dead process
+        raise RunLockedError(f"could not lock {self.lock_path}")
+
+    def release(self) -> None:
+        if self._locked:
+            self.lock_path.unlink(missing_ok=True)
+            self._locked = False
+
+    # -- metrics ------------------------------------------------------------
+    def append_metrics(self, row: dict) -> None:
+        with open(self.path / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+    def rewrite_metrics(self, rows: list) -> None:
+        _atomic_write(self.path / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in rows).encode())
+
+    def read_metrics(self) -> list:
+        p = self.path / "metrics.jsonl"
+        return [json.loads(l) for l in p.read_text().splitlines() if l.strip()] if p.exists() else []
+
+    def write_summary(self, summary: dict) -> None:
+        _atomic_write(self.path / "summary.json", json.dumps(summary, indent=1).encode())
+
+    def read_summary(self) -> dict:
+        return json.loads((self.path / "summary.json").read_text())
+
+    # -- checkpoints ----------------------------------------------------------
+    def save_checkpoint(self, step: int, state: dict) -> Path:
+        """Atomically write ckpt-<step>.pt and its sha256; keep the last KEEP_CHECKPOINTS."""
+        buf = io.BytesIO()
+        torch.save(state, buf)
+        data = buf.getvalue()
+        path = self.path / f"ckpt-{step:06d}.pt"
+        _atomic_write(path, data)
+        _atomic_write(path.with_suffix(".sha256"), hashlib.sha256(data).hexdigest().encode())
+        for old in self.checkpoints()[:-KEEP_CHECKPOINTS]:
+            old.unlink(missing_ok=True)
+            old.with_suffix(".sha256").unlink(missing_ok=True)
+        return path
+
+    def checkpoints(self) -> list:
+        return sorted(self.path.glob("ckpt-*.pt"))
+
+    def load_latest_checkpoint(self) -> dict | None:
+        """The newest checkpoint whose checksum verifies; corrupted ones are skipped with a warning."""
+        for path in reversed(self.checkpoints()):
+            sha = path.with_suffix(".sha256")
+            data = path.read_bytes()
+            if not sha.exists() or sha.read_text().strip() != hashlib.sha256(data).hexdigest():
+                warnings.warn(f"checkpoint {path.name} is corrupted or incomplete; using an earlier one")
+                continue
+            return torch.load(io.BytesIO(data), weights_only=False)
+        return None

@@ -1,0 +1,337 @@
+"""The single-device RL loop shared by every preset.
+
+Per step: sample prompts -> roll out G responses each -> reward (+ DAPO overlong shaping) ->
+DAPO dynamic sampling / GFPO filter -> advantages -> mu minibatch updates -> metrics.
+Departures from the papers, all for the small single-device setting: LoRA instead of full
+fine-tuning; one rollout engine shared with the trainer (no weight sync); prompts per step and
+budgets scaled down (see presets.py and notebooks/params/).
+"""
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from .config import TrainConfig
+from .groups import adaptive_k, gfpo_advantages, gfpo_keep, informative_groups
+from .logprobs import completion_logps
+from .objectives import group_advantages, policy_loss
+from .rewards import correctness_reward, overlong_filter_mask, soft_overlong_penalty
+from .rollout import Rollout, concat, generate
+from .rundir import RunDir
+from . import moe
+
+
+def resolve_path(p: str) -> str:
+    """A relative path that does not exist from the cwd is looked up from the repository root."""
+    path = Path(p)
+    if path.is_absolute() or path.exists():
+        return str(path)
+    alt = Path(__file__).resolve().parents[1] / path
+    return str(alt) if alt.exists() else p
+
+
+def _nanmean(values) -> float | None:
+    vals = [float(v) for v in values]
+    return sum(vals) / len(vals) if vals else None
+
+
+@dataclass
+class Batch:
+    """A scored rollout ready for the update; rows are responses, consecutive groups of G."""
+
+    rollout: Rollout
+    correct: torch.Tensor  # (B,) 0/1 correctness
+    rewards: torch.Tensor  # (B,) shaped reward
+    advantages: torch.Tensor  # (B,)
+    loss_mask: torch.Tensor  # (B, T)
+    stats: dict
+
+
+class Trainer:
+    """Model, optimiser, data and the three phases of a step: collect, update, evaluate."""
+
+    def __init__(self, cfg: TrainConfig):
+        from .models import load_policy
+        from .tasks import load_tasks
+
+        self.cfg = cfg
+        torch.manual_seed(cfg.seed)
+        self.device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device
+        self.model, self.tok = load_policy(resolve_path(cfg.model), lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
+                                           device=self.device, dtype=cfg.dtype)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.opt = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        warm = cfg.warmup_steps
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / (warm + 1)))
+        self.train_tasks = load_tasks(resolve_path(cfg.task_train))
+        self.eval_tasks = load_tasks(resolve_path(cfg.task_eval))[: cfg.eval_prompts]
+        self.group_means: list = []  # running record for GFPO adaptive k
+
+    # -- 1. rollout and scoring ---------------------------------------------------
+    def sample_prompts(self, step: int, round_: int) -> list:
+        rng = random.Random(f"{self.cfg.seed}-{step}-{round_}")
+        return rng.sample(self.train_tasks, self.cfg.prompts_per_step)
+
+    def score(self, ro: Rollout, tasks: list) -> tuple:
+        """Correctness (B,) and shaped reward (B,) of a rollout."""
+        answers = [tasks[i]["answer"] for i in ro.prompt_index.tolist()]
+        correct = torch.tensor([correctness_reward(t, a) for t, a in zip(ro.texts, answers)])
+        rewards = correct.clone()
+        if self.cfg.overlong == "shaping":
+            rewards = rewards + soft_overlong_penalty(ro.lengths, self.cfg.max_new_tokens, self.cfg.overlong_cache)
+        return correct, rewards
+
+    def rollout(self, tasks: list, group_size: int, greedy: bool = False) -> Rollout:
+        c = self.cfg
+        self.model.eval()
+        return generate(self.model, self.tok, [t["prompt"] for t in tasks], group_size, c.max_new_tokens,
+                        c.temperature, c.top_p, c.backend, greedy=greedy)
+
+    def collect(self, step: int) -> Batch:
+        """Generate until the batch is full (dynamic sampling) or one round (otherwise); score; filter."""
+        c, G = self.cfg, self.cfg.group_size
+        kept, n_groups, rounds, samples, tokens, stats = [], 0, 0, 0, 0, {}
+        while True:
+            tasks = self.sample_prompts(step, rounds)
+            ro = self.rollout(tasks, G)
+            correct, rewards = self.score(ro, tasks)
+            if rounds == 0:
+                stats = response_stats(ro, correct, rewards, G)
+            rounds, samples, tokens = rounds + 1, samples + len(ro.texts), tokens + int(ro.lengths.sum())
+            rows = torch.ones(len(ro.texts), dtype=torch.bool)
+            if c.dynamic_sampling:
+                rows = informative_groups(rewards, G).repeat_interleave(G)
+            kept.append((ro.select(rows), correct[rows], rewards[rows]))
+            n_groups += int(rows.sum()) // G
+            if not c.dynamic_sampling or n_groups >= c.prompts_per_step or rounds >= c.max_gen_batches:
+                break
+        ro = concat([k[0] for k in kept], self.tok.pad_token_id)
+        correct, rewards = torch.cat([k[1] for k in kept]), torch.cat([k[2] for k in kept])
+        n = min(n_groups, c.prompts_per_step) * G
+        ro, correct, rewards = ro.select(torch.arange(n)), correct[:n], rewards[:n]
+        stats.update({"gen/batches": rounds, "gen/samples": samples, "gen/tokens": tokens, "groups/kept": n // G})
+        return self.advantages(ro, correct, rewards, stats)
+
+    def advantages(self, ro: Rollout, correct, rewards, stats) -> Batch:
+        """GFPO filter (if configured) and group-relative advantages; filtered rows leave the batch."""
+        c, G = self.cfg, self.cfg.group_size
+        mask = ro.completion_mask.float()
+        if c.overlong == "filter":
+            mask = overlong_filter_mask(mask, ro.truncated)
+        if c.gfpo_k is None or len(correct) == 0:
+            adv = group_advantages(rewards, G, c.adv_scale) if len(correct) else rewards
+            return Batch(ro, correct, rewards, adv, mask, stats)
+        means = rewards.view(-1, G).mean(1)
+        self.group_means = (self.group_means + means.tolist())[-2048:]
+        k = adaptive_k(means, c.gfpo_k, G, torch.tensor(self.group_means)) if c.gfpo_adaptive else c.gfpo_k
+        keep = gfpo_keep(rewards, ro.lengths, G, k, c.gfpo_metric)
+        adv = gfpo_advantages(rewards, keep, G, c.adv_scale)
+        stats["gfpo/len_kept"] = float(ro.lengths[keep].float().mean())
+        sub = ro.select(keep)
+        return Batch(sub, correct[keep], rewards[keep], adv[keep], mask[keep][:, : sub.completion_ids.shape[1]], stats)
+
+    # -- 2. the mu minibatch updates ---------------------------------------------------
+    def logps(self, ro: Rollout, rows=slice(None), with_entropy: bool = False, chunk_rows: int = 64):
+        return completion_logps(self.model, ro.prompt_ids[rows].to(self.device), ro.prompt_mask[rows].to(self.device),
+                                ro.completion_ids[rows].to(self.device), ro.completion_mask[rows].to(self.device),
+                                self.cfg.temperature, chunk_rows=chunk_rows, with_entropy=with_entropy)
+
+    def old_logps(self, batch: Batch):
+        """pi_old per token (B, T): engine sampling log-probs, a recompute, or None (mu = 1: reuse current)."""
+        c = self.cfg
+        if c.old_logps == "engine":
+            return batch.rollout.sample_logps.to(self.device), None
+        if c.mu == 1 and not c.routing_replay:
+            return None, None
+        experts: list = []
+        self.model.eval()
+        with torch.inference_mode():
+            if c.routing_replay and moe.is_moe(self.model):
+                with moe.record_routing(self.model, experts):
+                    lp = self.logps(batch.rollout, chunk_rows=len(batch.correct))
+            else:
+                lp = self.logps(batch.rollout)
+        return lp.clone(), experts
+
+    def update(self, batch: Batch, step: int) -> dict:
+        c, ro = self.cfg, batch.rollout
+        B = len(batch.correct)
+        if B == 0 or not bool((batch.advantages != 0).any()):
+            return {"update/skipped": 1}
+        old_all, experts = self.old_logps(batch)
+        gen = torch.Generator().manual_seed(c.seed * 7919 + step)
+        stats: dict = {}
+        self.model.train()
+        for mb in torch.randperm(B, generator=gen).chunk(c.mu):
+            mb = mb.sort().values
+            replay = moe.replay_routing(self.model, _rows_of(experts, mb, B)) if experts else _null()
+            with replay:
+                lp, ent = self.logps(ro, mb, with_entropy=True, chunk_rows=len(mb) if experts else 64)
+            old = lp.detach() if old_all is None else old_all[mb]
+            ref = self.ref_logps(ro, mb) if c.loss.beta > 0 else None
+            mask, adv = batch.loss_mask[mb].to(self.device), batch.advantages[mb].to(self.device)
+            loss, info = policy_loss(lp, old, adv, mask, c.loss, ref)
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"non-finite loss ({loss.item()}) at step {step}; last good checkpoint kept")
+            loss.backward()
+            gn = torch.nn.utils.clip_grad_norm_(self.params, c.max_grad_norm)
+            if not torch.isfinite(gn):
+                raise FloatingPointError(f"non-finite gradient norm at step {step}; last good checkpoint kept")
+            self.opt.step()
+            self.sched.step()
+            self.opt.zero_grad(set_to_none=True)
+            info.update(loss=loss.item(), grad_norm=gn.item(), entropy=float((ent * mask).sum() / mask.sum().clamp(min=1)),
+                        **clip_probs(lp.detach(), old, adv, mask, c.loss.eps_high))
+            for k, v in info.items():
+                stats.setdefault(k, []).append(v)
+        return {k: _nanmean(x for x in v if x is not None) for k, v in stats.items()}
+
+    def ref_logps(self, ro: Rollout, rows):
+        """log pi_ref: the base model (LoRA adapters disabled)."""
+        with torch.no_grad(), self.model.disable_adapter():
+            return self.logps(ro, rows)
+
+    # -- 3. evaluation -------------------------------------------------------------
+    def evaluate(self, step: int) -> dict:
+        """Held-out accuracy at T (eval_samples per prompt) and greedy, mean length, truncation share."""
+        torch.manual_seed(self.cfg.seed + 12345)  # the same sampling noise at every evaluation
+        ro = self.rollout(self.eval_tasks, self.cfg.eval_samples)
+        correct, _ = self.score(ro, self.eval_tasks)
+        greedy = self.rollout(self.eval_tasks, 1, greedy=True)
+        g_correct, _ = self.score(greedy, self.eval_tasks)
+        lengths = ro.lengths.float()
+        return {"step": step, "acc/sample": float(correct.mean()), "acc/greedy": float(g_correct.mean()),
+                "len/mean": float(lengths.mean()), "len/correct": _nanmean(lengths[correct > 0].tolist()),
+                "len/incorrect": _nanmean(lengths[correct == 0].tolist()), "trunc/frac": float(ro.truncated.float().mean())}
+
+    # -- checkpoint state -----------------------------------------------------------
+    def state_dict(self) -> dict:
+        weights = {n: p.detach().cpu().clone() for n, p in self.model.named_parameters() if p.requires_grad}
+        return {"weights": weights, "opt": self.opt.state_dict(), "sched": self.sched.state_dict(),
+                "group_means": list(self.group_means), "rng": torch.get_rng_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        named = dict(self.model.named_parameters())
+        with torch.no_grad():
+            for n, w in state["weights"].items():
+                named[n].copy_(w)
+        self.opt.load_state_dict(state["opt"])
+        self.sched.load_state_dict(state["sched"])
+        self.group_means = list(state["group_means"])
+        torch.set_rng_state(state["rng"])
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+def _rows_of(experts: list, rows: torch.Tensor, B: int) -> list:
+    """Slice recorded (B*L, k) expert ids per layer to the minibatch rows."""
+    out = []
+    for e in experts:
+        per_row = e.view(B, -1, e.shape[-1])  # (B, L, k)
+        out.append(per_row[rows.to(e.device)].reshape(-1, e.shape[-1]))
+    return out
+
+
+def clip_probs(logps, old, adv, mask, eps_high: float) -> dict:
+    """DAPO Sec. 3.1 diagnostic: mean pi_old of tokens clipped at 1 + eps_high (A > 0), and of all tokens."""
+    ratio = torch.exp(logps - old)
+    up = (ratio > 1 + eps_high) & (adv.unsqueeze(1) > 0) & mask.bool()
+    p_old = torch.exp(old)
+    return {"clip_high_pi_old": float(p_old[up].mean()) if up.any() else None,
+            "pi_old_mean": float(p_old[mask.bool()].mean())}
+
+
+def response_stats(ro: Rollout, correct, rewards, G: int) -> dict:
+    """Per-step sampling statistics of a fresh rollout (before any filtering)."""
+    lengths = ro.lengths.float()
+    per_group = correct.view(-1, G).sum(1)  # (n_groups,)
+    return {"reward/mean": float(rewards.mean()), "reward/std": float(rewards.std()), "acc/mean": float(correct.mean()),
+            "len/mean": float(lengths.mean()), "len/correct": _nanmean(lengths[correct > 0].tolist()),
+            "len/incorrect": _nanmean(lengths[correct == 0].tolist()), "trunc/frac": float(ro.truncated.float().mean()),
+            "groups/all_correct": float((per_group == G).float().mean()),
+            "groups/all_wrong": float((per_group == 0).float().mean()),
+            "groups/zero_var": float((rewards.view(-1, G).std(1) == 0).float().mean()),
+            }
+
+
+def train_step(trainer: Trainer, step: int) -> dict:
+    """One RL step; returns its metrics row (DESIGN.md metric names)."""
+    t0 = time.perf_counter()
+    torch.manual_seed(trainer.cfg.seed * 1_000_003 + step)  # each step reproducible on its own (resume)
+    batch = trainer.collect(step)
+    t1 = time.perf_counter()
+    upd = trainer.update(batch, step)
+    t2 = time.perf_counter()
+    row = {"step": step, **batch.stats,
+           "groups/zero_var_trained": float((batch.rewards.view(-1, trainer.cfg.group_size).std(1) == 0).float().mean())
+           if len(batch.rewards) and trainer.cfg.gfpo_k is None else 0.0,
+           "entropy/mean": upd.get("entropy"), "clip/low": upd.get("clip_frac_low", 0.0),
+           "clip/high": upd.get("clip_frac_high", 0.0), "clip/frac": upd.get("clip_frac", 0.0),
+           "clip/high_pi_old": upd.get("clip_high_pi_old"), "pi_old/mean": upd.get("pi_old_mean"),
+           "ratio/log_std": upd.get("ratio_log_std", 0.0), "loss/policy": upd.get("loss"),
+           "kl/mean": upd.get("kl", 0.0), "grad/norm": upd.get("grad_norm"),
+           "update/skipped": upd.get("update/skipped", 0), "lr": trainer.sched.get_last_lr()[0],
+           "time/rollout_s": t1 - t0, "time/train_s": t2 - t1, "tokens_per_s": batch.stats["gen/tokens"] / max(t2 - t0, 1e-9)}
+    return row
+
+
+def train(cfg: TrainConfig, out_dir, progress: bool = True) -> list:
+    """Run (or resume, or reuse) an RL run; returns the per-step metric dicts (also in out_dir/metrics.jsonl)."""
+    run = RunDir(out_dir, cfg)
+    run.check_config()
+    if run.finished():
+        return run.read_metrics()
+    run.acquire()
+    try:
+        return _train_locked(cfg, run, progress)
+    finally:
+        run.release()
+
+
+def _train_locked(cfg: TrainConfig, run: RunDir, progress: bool) -> list:
+    t_start = time.perf_counter()
+    trainer = Trainer(cfg)
+    state = run.load_latest_checkpoint()
+    if state is not None:
+        trainer.load_state_dict(state["trainer"])
+        metrics, evals, start, wall = state["metrics"], state["evals"], state["step"], state["wall_s"]
+        run.rewrite_metrics(metrics)
+    else:
+        run.rewrite_metrics([])
+        metrics, evals, start, wall = [], [trainer.evaluate(0)], 0, 0.0
+    bar = tqdm(range(start, cfg.steps), desc=f"{cfg.name} seed {cfg.seed}", disable=not progress,
+               initial=start, total=cfg.steps)
+    for step in bar:
+        row = train_step(trainer, step)
+        metrics.append(row)
+        run.append_metrics(row)
+        if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 < cfg.steps:
+            evals.append(trainer.evaluate(step + 1))
+        bar.set_postfix(acc=f"{row['acc/mean']:.2f}", len=f"{row['len/mean']:.0f}")
+        if (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
+            ckpt = {"trainer": trainer.state_dict(), "metrics": metrics, "evals": evals, "step": step + 1,
+                    "wall_s": wall + time.perf_counter() - t_start}
+            run.save_checkpoint(step + 1, ckpt)
+    evals.append(trainer.evaluate(cfg.steps))
+    if cfg.lora_r > 0:
+        trainer.model.save_pretrained(str(run.path / "adapter"))
+    run.write_summary({"fingerprint": cfg.fingerprint(), "finished": True, "steps": cfg.steps, "eval": evals,
+                       "eval_start": evals[0], "eval_end": evals[-1], "wall_s": wall + time.perf_counter() - t_start})
+    return metrics
+
+
+def load_summary(out_dir) -> dict:
+    import json
+    return json.loads((Path(out_dir) / "summary.json").read_text())
+
