@@ -322,6 +322,17 @@ def _plain(x: Any) -> Any:
     raise TypeError(f"evidence value of type {type(x).__name__} is not JSON serialisable")
 
 
+def _relative(run: str | Path, root: Path | str | None) -> str:
+    """Run paths are stored relative to the repository root when they lie inside it."""
+    if not Path(run).is_absolute():
+        return str(run)
+    base = Path(root) if root is not None else paths.repo_root()
+    try:
+        return str(Path(run).resolve().relative_to(base.resolve()))
+    except ValueError:
+        return str(run)
+
+
 def judge(claim_id: str, evidence: dict) -> Verdict:
     """Validate the id and evidence keys, then apply the claim's criterion."""
     if claim_id not in CLAIMS:
@@ -341,7 +352,7 @@ def record(claim_id: str, evidence: dict, runs: list[str], profile: str,
     claim = CLAIMS[claim_id]
     rec = {"id": claim_id, "verdict": verdict, "ours": ours, "paper": claim.paper_number,
            "paper_name": f"{claim.paper} {claim.section}", "claim": claim.claim,
-           "criterion": claim.criterion, "notebook": claim.notebook, "runs": [str(r) for r in runs],
+           "criterion": claim.criterion, "notebook": claim.notebook, "runs": [_relative(r, root) for r in runs],
            "evidence": evidence, "profile": profile,
            "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     out = paths.claims_dir(profile, root) / f"{claim_id}.json"

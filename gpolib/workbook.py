@@ -248,8 +248,10 @@ def reproduce(profile: str = "full", only: list[str] | None = None, force: bool 
         ran.append(job.name)
         print(f"[{i}/{len(jobs)}] {job.name}: done in {time.time() - t0:.0f} s "
               f"(total {time.time() - start:.0f} s)", flush=True)
+    print(f"workbook [{profile}]: ran {len(ran)}, up to date {len(jobs) - len(ran)} "
+          f"of {len(jobs)} notebooks in {time.time() - start:.0f} s", flush=True)
     if build_report:
-        report.build(profile, root=root)
+        print(f"scoreboard: {report.build(profile, root=root)}", flush=True)
     return ran
 
 

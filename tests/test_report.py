@@ -92,7 +92,8 @@ def test_unknown_id_and_missing_keys_rejected(tmp_path):
 
 def test_record_then_build(tmp_path, capsys):
     ev = {"acc_before": np.float32(0.25), "acc_after": np.array(0.5)}
-    rec = report.record("G1", ev, ["reports/runs/01_grpo/grpo_s0"], "full", root=tmp_path)
+    runs = [tmp_path / "reports/runs/01_grpo/grpo_s0", "reports/runs/01_grpo/grpo_s1"]
+    rec = report.record("G1", ev, runs, "full", root=tmp_path)
     assert "G1 [full]: REPRODUCED" in capsys.readouterr().out
     assert rec["evidence"] == {"acc_before": 0.25, "acc_after": 0.5}
     assert json.loads((tmp_path / "reports/claims/G1.json").read_text())["verdict"] == REPRODUCED
@@ -100,7 +101,7 @@ def test_record_then_build(tmp_path, capsys):
     assert [r["id"] for r in rows] == list(report.CLAIMS)
     for r in rows:
         assert {"id", "verdict", "ours", "paper", "criterion", "notebook", "runs"} <= set(r)
-    assert rows[0]["runs"] == ["reports/runs/01_grpo/grpo_s0"]
+    assert rows[0]["runs"] == ["reports/runs/01_grpo/grpo_s0", "reports/runs/01_grpo/grpo_s1"]
     assert {r["verdict"] for r in rows[1:]} == {NOT_RUN}
     md = (tmp_path / "reports/claims.md").read_text()
     assert md.count("\n| ") == 1 + len(report.CLAIMS) and "1/\\|o\\|" in md
