@@ -1,0 +1,135 @@
+"""Policies: the embedded tiny Qwen3 / Qwen3-MoE, loading by HF name or path, LoRA, routing.
+
+- `tiny_config(arch)`        the configs of the two embedded models (dense, moe).
+- `load_policy(...)`         any causal LM by hub name or local path, with LoRA attached.
+- `router_topk(...)`         the experts each MoE layer picks, per token.
+Supervised pretraining of the embedded models lives in `gpolib.pretrain`.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Qwen3Config, Qwen3MoeConfig
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+from gpolib.tasks import repo_root
+
+EMBEDDED = {"dense": "data/models/tiny-qwen3", "moe": "data/models/tiny-qwen3-moe"}
+"""repository-relative directories of the shipped base policies, by architecture"""
+ATTENTION_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
+MLP_TARGETS = ["gate_proj", "up_proj", "down_proj"]
+EXPERT_PARAMETERS = ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]
+"""the fused 3-D expert weights of Qwen3-MoE, reached by peft's `target_parameters`"""
+
+
+def tiny_config(arch: str, vocab_size: int, pad_id: int, eos_id: int):
+    """Config of the embedded dense (~0.75M params) or MoE (8 experts, top-2, ~0.75M active) model."""
+    common = dict(vocab_size=vocab_size, hidden_size=128, num_hidden_layers=4, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=32, max_position_embeddings=256, tie_word_embeddings=True,
+                  rope_theta=10000.0, pad_token_id=pad_id, eos_token_id=eos_id, bos_token_id=None)
+    if arch == "dense":
+        return Qwen3Config(intermediate_size=344, **common)
+    if arch == "moe":
+        # every layer sparse; 2 active experts of 172 match the dense MLP's 344
+        return Qwen3MoeConfig(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=172,
+                              intermediate_size=344, decoder_sparse_step=1, mlp_only_layers=[],
+                              norm_topk_prob=True, router_aux_loss_coef=0.01, **common)
+    raise ValueError(f"arch={arch!r} is invalid; allowed: {sorted(EMBEDDED)}")
+
+
+def resolve_path(name_or_path: str) -> str:
+    """Local paths are checked (and `data/...` resolved against the repo root); hub names pass through."""
+    name_or_path = str(name_or_path)
+    looks_local = name_or_path.startswith((".", "/", "data/", "~")) or os.path.exists(name_or_path)
+    if not looks_local:
+        return name_or_path
+    path = Path(name_or_path).expanduser()
+    if not path.exists() and not path.is_absolute():
+        path = repo_root() / path
+    if not path.exists():
+        raise FileNotFoundError(f"model path not found: {name_or_path} (also tried {path})")
+    return str(path)
+
+
+def _check_causal_lm(path: str):
+    try:
+        config = AutoConfig.from_pretrained(path)
+    except (OSError, ValueError, KeyError) as err:
+        raise ValueError(f"{path} is not a loadable causal LM: {err}") from None
+    if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING:
+        raise ValueError(f"{path} is not a causal LM (model_type={config.model_type!r})")
+    return config
+
+
+def _ensure_pad(tokenizer, padding_side: str):
+    tokenizer.padding_side = padding_side
+    if tokenizer.pad_token is None:
+        warnings.warn("tokenizer has no pad token; using its eos token for padding", stacklevel=3)
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def lora_config(model, lora_r: int, lora_alpha: int):
+    """LoRA on attention and MLP projections; on MoE the fused experts via `target_parameters`.
+
+    The router (`mlp.gate`) is never adapted, so it stays frozen.
+    """
+    from peft import LoraConfig
+
+    is_moe = getattr(model.config, "num_experts", 0) > 0 and any(
+        n.endswith("mlp.experts.gate_up_proj") for n, _ in model.named_parameters())
+    if is_moe:
+        return LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=0.0, task_type="CAUSAL_LM",
+                          target_modules=ATTENTION_TARGETS, target_parameters=EXPERT_PARAMETERS)
+    return LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=0.0, task_type="CAUSAL_LM",
+                      target_modules=ATTENTION_TARGETS + MLP_TARGETS)
+
+
+def load_policy(name_or_path: str, lora_r: int = 16, lora_alpha: int = 32, device: str = "cpu",
+                dtype: str = "float32", padding_side: str = "left"):
+    """Load (model, tokenizer) from a hub name or a local directory, with LoRA when lora_r > 0.
+
+    Steps: 1. resolve/check the path (raises before any hub call for missing local paths);
+    2. check the config is a causal LM (ValueError otherwise); 3. load model and tokenizer;
+    4. make sure a pad token exists; 5. wrap with peft LoRA (base weights frozen).
+    """
+    path = resolve_path(name_or_path)
+    config = _check_causal_lm(path)
+    model = AutoModelForCausalLM.from_pretrained(path, config=config, dtype=getattr(torch, dtype))
+    tokenizer = _ensure_pad(AutoTokenizer.from_pretrained(path), padding_side)
+    if model.config.pad_token_id is None:
+        model.config.pad_token_id = tokenizer.pad_token_id
+    model.to(device)
+    if lora_r > 0:
+        from peft import get_peft_model
+
+        model = get_peft_model(model, lora_config(model, lora_r, lora_alpha))
+    return model, tokenizer
+
+
+def _routers(model) -> list[torch.nn.Module]:
+    """The top-k router of every sparse MoE layer, in layer order."""
+    return [m for name, m in model.named_modules() if name.endswith("mlp.gate") and hasattr(m, "top_k")]
+
+
+@torch.no_grad()
+def router_topk(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Selected expert ids, (n_layers, B, T, top_k) long, recorded by hooks on each `mlp.gate`.
+
+    Works on plain and peft-wrapped models; padded positions are included (mask them yourself).
+    """
+    routers = _routers(model)
+    if not routers:
+        raise ValueError("model has no MoE router (no `mlp.gate` with `top_k`)")
+    picked: list[torch.Tensor] = []
+    hooks = [r.register_forward_hook(lambda _m, _i, out: picked.append(out[2].detach())) for r in routers]
+    try:
+        model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+    finally:
+        for h in hooks:
+            h.remove()
+    B, T = input_ids.shape
+    return torch.stack([p.reshape(B, T, -1) for p in picked]).long()  # (L, B, T, k)

@@ -1,0 +1,180 @@
+"""Supervised pretraining of the embedded base policies on the arithmetic-chain task.
+
+Each step draws `batch_size` train prompts and a fresh SFT completion for each
+(`gpolib.tasks.solution_text`: random check lines, a few wrong steps), so the base
+policy learns a distribution of answer lengths and keeps some error rate. The loss
+is next-token cross-entropy on completion tokens (and EOS) only; for the MoE the
+router load-balancing loss (coefficient `router_aux_loss_coef`) is added.
+"""
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+from transformers import AutoModelForCausalLM
+
+from gpolib.models import EMBEDDED, tiny_config
+from gpolib.tasks import Problem, default_task_path, load_tasks, repo_root, solution_text
+from gpolib.tokenizer import build_tokenizer
+
+
+@dataclass
+class PretrainConfig:
+    """Supervised pretraining recipe of one embedded base policy."""
+
+    arch: str = "dense"
+    """"dense" (Qwen3ForCausalLM) or "moe" (Qwen3MoeForCausalLM)"""
+    steps: int = 1200
+    """optimizer steps"""
+    batch_size: int = 64
+    """sequences per step"""
+    lr: float = 3e-3
+    """peak AdamW learning rate (linear warmup, cosine decay to 10%)"""
+    warmup: int = 100
+    """warmup steps"""
+    weight_decay: float = 0.01
+    """AdamW weight decay"""
+    p_check: float = 0.3
+    """probability of a redundant check line after each SFT step"""
+    p_noise: float = 0.05
+    """probability that an SFT step result is wrong"""
+    seed: int = 0
+    """seeds torch and the data stream"""
+    out: str = ""
+    """output directory; "" means the shipped location of `arch`"""
+
+    def __post_init__(self):
+        if self.arch not in EMBEDDED:
+            raise ValueError(f"arch={self.arch!r} is invalid; allowed: {sorted(EMBEDDED)}")
+        if self.steps < 1 or self.batch_size < 1:
+            raise ValueError(f"steps={self.steps}, batch_size={self.batch_size}: both must be >= 1")
+        self.out = self.out or str(repo_root() / EMBEDDED[self.arch])
+
+
+def lr_at(step: int, cfg: PretrainConfig) -> float:
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def sft_batch(rows: list[dict], tok, rng: random.Random, cfg: PretrainConfig):
+    """Right-padded (input_ids, attention_mask, labels), each (B, T); labels -100 off the completion."""
+    seqs, n_prompt = [], []
+    for row in rows:
+        problem = Problem(tuple(row["operands"]), tuple(row["ops"]))
+        prompt_ids = tok(row["prompt"]).input_ids
+        completion = solution_text(problem, rng, cfg.p_check, cfg.p_noise)
+        seqs.append(prompt_ids + tok(completion).input_ids + [tok.eos_token_id])
+        n_prompt.append(len(prompt_ids))
+    T = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), T), tok.pad_token_id, dtype=torch.long)  # (B, T)
+    labels = torch.full((len(seqs), T), -100, dtype=torch.long)  # (B, T)
+    for i, (s, p) in enumerate(zip(seqs, n_prompt)):
+        ids[i, :len(s)] = torch.tensor(s)
+        labels[i, p:len(s)] = torch.tensor(s[p:])
+    mask = (torch.arange(T) < torch.tensor([len(s) for s in seqs])[:, None]).long()  # (B, T)
+    return ids, mask, labels
+
+
+def pretrain(cfg: PretrainConfig, show_progress: bool = True) -> list[float]:
+    """Train from scratch, save model + tokenizer + train_log.json to cfg.out; returns the loss curve.
+
+    Steps: 1. seed; 2. build tokenizer and model; 3. loop: sample SFT batch, forward with
+    labels, AdamW step; 4. save_pretrained (safetensors), tokenizer, log.
+    """
+    torch.manual_seed(cfg.seed)
+    rng = random.Random(cfg.seed)
+    tok = build_tokenizer(padding_side="right")
+    model = AutoModelForCausalLM.from_config(tiny_config(cfg.arch, len(tok), tok.pad_token_id, tok.eos_token_id))
+    rows = load_tasks(default_task_path("train"))
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
+    is_moe = cfg.arch == "moe"
+    losses, start = [], time.perf_counter()
+    for step in (bar := tqdm(range(cfg.steps), disable=not show_progress, desc=f"pretrain {cfg.arch}")):
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, cfg)
+        ids, mask, labels = sft_batch(rng.sample(rows, cfg.batch_size), tok, rng, cfg)
+        out = model(input_ids=ids, attention_mask=mask, labels=labels, output_router_logits=is_moe)
+        opt.zero_grad(set_to_none=True)
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(round(out.loss.item(), 6))
+        bar.set_postfix(loss=f"{losses[-1]:.3f}")
+    wall = time.perf_counter() - start
+    save(model, cfg, losses, wall)
+    return losses
+
+
+def _relative(path: Path) -> str:
+    path = path.resolve()
+    return str(path.relative_to(repo_root())) if path.is_relative_to(repo_root()) else str(path)
+
+
+def save(model, cfg: PretrainConfig, losses: list[float], wall_s: float) -> None:
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    model.generation_config.pad_token_id = model.config.pad_token_id
+    model.save_pretrained(out)
+    build_tokenizer(padding_side="left").save_pretrained(out)
+    log = {"config": asdict(cfg) | {"out": _relative(out)},
+           "wall_s": round(wall_s, 1), "n_params": sum(p.numel() for p in model.parameters()),
+           "torch_threads": torch.get_num_threads(), "loss": losses}
+    (out / "train_log.json").write_text(json.dumps(log, indent=1))
+
+
+def write_model_card(out_dir: str | Path, metrics: dict | None = None) -> Path:
+    """README.md for a pretrained embedded model from its config, train_log.json and `metrics`."""
+    out = Path(out_dir)
+    if not out.is_absolute() and not out.exists():
+        out = repo_root() / out
+    log = json.loads((out / "train_log.json").read_text())
+    cfg = json.loads((out / "config.json").read_text())
+    if metrics is not None:
+        (out / "base_metrics.json").write_text(json.dumps(metrics, indent=1))
+    elif (out / "base_metrics.json").exists():
+        metrics = json.loads((out / "base_metrics.json").read_text())
+    (out / "README.md").write_text(_card_text(log, cfg, metrics))
+    return out / "README.md"
+
+
+def _card_text(log: dict, cfg: dict, metrics: dict | None) -> str:
+    rc = log["config"]
+    arch = "Qwen3MoeForCausalLM" if rc["arch"] == "moe" else "Qwen3ForCausalLM"
+    moe = (f", {cfg['num_experts']} experts, top-{cfg['num_experts_per_tok']} routing in every layer, "
+           f"moe_intermediate_size {cfg['moe_intermediate_size']}" if rc["arch"] == "moe"
+           else f", intermediate_size {cfg['intermediate_size']}")
+    lines = [
+        f"# {Path(rc['out']).name}: embedded base policy ({arch})", "",
+        "Character-level policy for the arithmetic-chain task of `gpolib.tasks`, trained from scratch",
+        "by supervised learning. It is the base policy of the workbook's RL experiments.", "",
+        "## Architecture", "",
+        f"- `{arch}`: {cfg['num_hidden_layers']} layers, hidden {cfg['hidden_size']}, "
+        f"{cfg['num_attention_heads']} heads ({cfg['num_key_value_heads']} KV heads, head_dim {cfg['head_dim']}){moe}, "
+        f"tied embeddings, vocab {cfg['vocab_size']} (one token per character).",
+        f"- Parameters: {log['n_params']:,}.", "",
+        "## Training recipe", "",
+        f"- {rc['steps']} AdamW steps, batch {rc['batch_size']}, peak lr {rc['lr']} (warmup {rc['warmup']}, cosine to 10%),",
+        f"  weight decay {rc['weight_decay']}, grad-norm clip 1.0, seed {rc['seed']}.",
+        f"- Data: train prompts of `data/tasks/train.jsonl`, a fresh SFT completion per draw with check lines",
+        f"  (p={rc['p_check']} per step) and wrong step results (p={rc['p_noise']} per step).",
+        "- Loss: cross-entropy on completion tokens and EOS only"
+        + (" plus the router load-balancing loss (coefficient 0.01)." if rc["arch"] == "moe" else "."),
+        f"- Wall time: {log['wall_s']} s on {log['torch_threads']} CPU threads; "
+        f"final loss {log['loss'][-1]:.4f} (curve in `train_log.json`).", "",
+        "Rebuild:", "", "```",
+        f"python -m gpolib pretrain --arch {rc['arch']} --steps {rc['steps']} --seed {rc['seed']}",
+        "python benchmarks/base_metrics.py --arch dense moe --write-card", "```", ""]
+    if metrics:
+        lines += ["## Base metrics", "",
+                  f"Held-out prompts {metrics['n_prompts']}, G={metrics['G']}, temperature 1, top_k=0, "
+                  f"max {metrics['max_new_tokens']} new tokens (`benchmarks/base_metrics.py`):", "",
+                  "```json", json.dumps(metrics, indent=1), "```", ""]
+    return "\n".join(lines)
