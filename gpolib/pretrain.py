@@ -148,13 +148,16 @@ def write_model_card(out_dir: str | Path, metrics: dict | None = None) -> Path:
 def _card_text(log: dict, cfg: dict, metrics: dict | None) -> str:
     rc = log["config"]
     arch = "Qwen3MoeForCausalLM" if rc["arch"] == "moe" else "Qwen3ForCausalLM"
-    moe = (f", {cfg['num_experts']} experts, top-{cfg['num_experts_per_tok']} routing in every layer, "
+    moe = (f", {cfg.get('num_experts', cfg.get('num_local_experts'))} experts, top-{cfg['num_experts_per_tok']} routing in every layer, "
            f"moe_intermediate_size {cfg['moe_intermediate_size']}" if rc["arch"] == "moe"
            else f", intermediate_size {cfg['intermediate_size']}")
     lines = [
         f"# {Path(rc['out']).name}: embedded base policy ({arch})", "",
         "Character-level policy for the arithmetic-chain task of `gpolib.tasks`, trained from scratch",
         "by supervised learning. It is the base policy of the workbook's RL experiments.", "",
+        "Prompt `7-3*4+12=?\\n` (left to right); completion: one `a<op>b=c` line per step, optional",
+        "`chk` lines, final line `A=<int>`, then `<eos>`. Load with `gpolib.models.load_policy(path)` or",
+        "`AutoModelForCausalLM.from_pretrained(path)` / `AutoTokenizer.from_pretrained(path)`.", "",
         "## Architecture", "",
         f"- `{arch}`: {cfg['num_hidden_layers']} layers, hidden {cfg['hidden_size']}, "
         f"{cfg['num_attention_heads']} heads ({cfg['num_key_value_heads']} KV heads, head_dim {cfg['head_dim']}){moe}, "
