@@ -105,7 +105,8 @@ def main(argv=None) -> None:
     results = {}
     for arch in args.arch:
         m = measure(EMBEDDED[arch], args.n_prompts, args.group, args.max_new_tokens, args.seed, args.batch_size)
-        results[arch] = m = {k: round(v, 4) if isinstance(v, float) else v for k, v in m.items()} | {"targets_met": check(m)}
+        rounded = {k: round(v, 4) if isinstance(v, float) else v for k, v in m.items()}
+        results[arch] = rounded | {"targets_met": check(m)}
     if len(results) == 2:
         gap = abs(results["dense"]["accuracy"] - results["moe"]["accuracy"])
         for m in results.values():

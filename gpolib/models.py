@@ -75,6 +75,8 @@ def _ensure_pad(tokenizer, padding_side: str):
 def lora_config(model, lora_r: int, lora_alpha: int):
     """LoRA on attention and MLP projections; on MoE the fused experts via `target_parameters`.
 
+    Qwen3-MoE experts are 3-D parameters (`gate_up_proj` (E, 2I, H), `down_proj` (E, H, I)),
+    not nn.Linear; peft 0.21's `target_parameters` adapts them (checked in tests/test_models.py).
     The router (`mlp.gate`) is never adapted, so it stays frozen.
     """
     from peft import LoraConfig

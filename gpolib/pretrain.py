@@ -145,39 +145,62 @@ def write_model_card(out_dir: str | Path, metrics: dict | None = None) -> Path:
     return out / "README.md"
 
 
-def _card_text(log: dict, cfg: dict, metrics: dict | None) -> str:
+def _active_note(log: dict, cfg: dict) -> str:
+    """For MoE: the parameters one token uses (top-k of the experts)."""
+    n_experts = cfg.get("num_experts", cfg.get("num_local_experts", 0))
+    if not n_experts:
+        return ""
+    idle = n_experts - cfg["num_experts_per_tok"]
+    per_expert = 3 * cfg["hidden_size"] * cfg["moe_intermediate_size"]
+    return f" in all, {log['n_params'] - cfg['num_hidden_layers'] * idle * per_expert:,} active per token"
+
+
+def _arch_lines(log: dict, cfg: dict, arch: str) -> list[str]:
+    n_experts = cfg.get("num_experts", cfg.get("num_local_experts"))
+    mlp = (f"{n_experts} experts, top-{cfg['num_experts_per_tok']} routing in every layer, "
+           f"moe_intermediate_size {cfg['moe_intermediate_size']}" if n_experts
+           else f"intermediate_size {cfg['intermediate_size']}")
+    return ["## Architecture", "",
+            f"- `{arch}`: {cfg['num_hidden_layers']} layers, hidden {cfg['hidden_size']}, "
+            f"{cfg['num_attention_heads']} heads ({cfg['num_key_value_heads']} KV heads, "
+            f"head_dim {cfg['head_dim']}), {mlp}, tied embeddings, vocab {cfg['vocab_size']} (one token per character).",
+            f"- Parameters: {log['n_params']:,}{_active_note(log, cfg)}.", ""]
+
+
+def _recipe_lines(log: dict, cfg: dict) -> list[str]:
     rc = log["config"]
-    arch = "Qwen3MoeForCausalLM" if rc["arch"] == "moe" else "Qwen3ForCausalLM"
-    moe = (f", {cfg.get('num_experts', cfg.get('num_local_experts'))} experts, top-{cfg['num_experts_per_tok']} routing in every layer, "
-           f"moe_intermediate_size {cfg['moe_intermediate_size']}" if rc["arch"] == "moe"
-           else f", intermediate_size {cfg['intermediate_size']}")
-    lines = [
-        f"# {Path(rc['out']).name}: embedded base policy ({arch})", "",
-        "Character-level policy for the arithmetic-chain task of `gpolib.tasks`, trained from scratch",
-        "by supervised learning. It is the base policy of the workbook's RL experiments.", "",
-        "Prompt `7-3*4+12=?\\n` (left to right); completion: one `a<op>b=c` line per step, optional",
-        "`chk` lines, final line `A=<int>`, then `<eos>`. Load with `gpolib.models.load_policy(path)` or",
-        "`AutoModelForCausalLM.from_pretrained(path)` / `AutoTokenizer.from_pretrained(path)`.", "",
-        "## Architecture", "",
-        f"- `{arch}`: {cfg['num_hidden_layers']} layers, hidden {cfg['hidden_size']}, "
-        f"{cfg['num_attention_heads']} heads ({cfg['num_key_value_heads']} KV heads, head_dim {cfg['head_dim']}){moe}, "
-        f"tied embeddings, vocab {cfg['vocab_size']} (one token per character).",
-        f"- Parameters: {log['n_params']:,}.", "",
-        "## Training recipe", "",
-        f"- {rc['steps']} AdamW steps, batch {rc['batch_size']}, peak lr {rc['lr']} (warmup {rc['warmup']}, cosine to 10%),",
-        f"  weight decay {rc['weight_decay']}, grad-norm clip 1.0, seed {rc['seed']}.",
-        f"- Data: train prompts of `data/tasks/train.jsonl`, a fresh SFT completion per draw with check lines",
-        f"  (p={rc['p_check']} per step) and wrong step results (p={rc['p_noise']} per step).",
-        "- Loss: cross-entropy on completion tokens and EOS only"
-        + (" plus the router load-balancing loss (coefficient 0.01)." if rc["arch"] == "moe" else "."),
-        f"- Wall time: {log['wall_s']} s on {log['torch_threads']} CPU threads; "
-        f"final loss {log['loss'][-1]:.4f} (curve in `train_log.json`).", "",
-        "Rebuild:", "", "```",
-        f"python -m gpolib pretrain --arch {rc['arch']} --steps {rc['steps']} --seed {rc['seed']}",
-        "python benchmarks/base_metrics.py --arch dense moe --write-card", "```", ""]
-    if metrics:
-        lines += ["## Base metrics", "",
-                  f"Held-out prompts {metrics['n_prompts']}, G={metrics['G']}, temperature 1, top_k=0, "
-                  f"max {metrics['max_new_tokens']} new tokens (`benchmarks/base_metrics.py`):", "",
-                  "```json", json.dumps(metrics, indent=1), "```", ""]
+    aux = (f" plus the router load-balancing loss (coefficient {cfg['router_aux_loss_coef']})"
+           if rc["arch"] == "moe" else "")
+    return ["## Training recipe", "",
+            f"- {rc['steps']} AdamW steps, batch {rc['batch_size']}, peak lr {rc['lr']} "
+            f"(warmup {rc['warmup']}, cosine to 10%), weight decay {rc['weight_decay']}, grad-norm clip 1.0, "
+            f"seed {rc['seed']}.",
+            "- Data: train prompts of `data/tasks/train.jsonl`, a fresh SFT completion per draw with check lines",
+            f"  (p={rc['p_check']} per step) and wrong step results (p={rc['p_noise']} per step).",
+            f"- Loss: cross-entropy on completion tokens and EOS only{aux}.",
+            f"- Wall time: {log['wall_s']} s on {log['torch_threads']} CPU threads; "
+            f"final loss {log['loss'][-1]:.4f} (curve in `train_log.json`).", "",
+            "Rebuild:", "", "```",
+            f"python -m gpolib pretrain --arch {rc['arch']} --steps {rc['steps']} --seed {rc['seed']}",
+            "python benchmarks/base_metrics.py --arch dense moe --write-card", "```", ""]
+
+
+def _metrics_lines(metrics: dict | None) -> list[str]:
+    if not metrics:
+        return []
+    return ["## Base metrics", "",
+            f"Held-out prompts {metrics['n_prompts']}, G={metrics['G']}, temperature 1, top_k=0, "
+            f"max {metrics['max_new_tokens']} new tokens (`benchmarks/base_metrics.py`):", "",
+            "```json", json.dumps(metrics, indent=1), "```", ""]
+
+
+def _card_text(log: dict, cfg: dict, metrics: dict | None) -> str:
+    arch = cfg["architectures"][0]
+    head = [f"# {Path(log['config']['out']).name}: embedded base policy ({arch})", "",
+            "Character-level policy for the arithmetic-chain task of `gpolib.tasks`, trained from scratch",
+            "by supervised learning. It is the base policy of the workbook's RL experiments.", "",
+            "Prompt `7-3*4+12=?\\n` (left to right); completion: one `a<op>b=c` line per step, optional",
+            "`chk` lines, final line `A=<int>`, then `<eos>`. Load with `gpolib.models.load_policy(path)` or",
+            "`AutoModelForCausalLM.from_pretrained(path)` / `AutoTokenizer.from_pretrained(path)`.", ""]
+    lines = head + _arch_lines(log, cfg, arch) + _recipe_lines(log, cfg) + _metrics_lines(metrics)
     return "\n".join(lines)

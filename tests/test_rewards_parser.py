@@ -68,4 +68,5 @@ def test_reward_property(prefix, tail, newline, answer):
     assert reward == (1.0 if expected else 0.0)
     if tail.startswith("A=") and prefix.endswith("\n"):
         n = int(tail[2:])
-        assert correctness_reward(text, n) == (1.0 if len(str(abs(n))) <= MAX_ANSWER_DIGITS and tail[2:] != "-0" else 0.0)
+        fits = len(str(abs(n))) <= MAX_ANSWER_DIGITS
+        assert correctness_reward(text, n) == (1.0 if fits else 0.0)
