@@ -68,7 +68,7 @@ def sft_batch(rows: list[dict], tok, rng: random.Random, cfg: PretrainConfig):
     """Right-padded (input_ids, attention_mask, labels), each (B, T); labels -100 off the completion."""
     seqs, n_prompt = [], []
     for row in rows:
-        problem = Problem(tuple(row["operands"]), tuple(row["ops"]))
+        problem = Problem.from_row(row)
         prompt_ids = tok(row["prompt"]).input_ids
         completion = solution_text(problem, rng, cfg.p_check, cfg.p_noise)
         seqs.append(prompt_ids + tok(completion).input_ids + [tok.eos_token_id])

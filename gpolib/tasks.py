@@ -47,6 +47,11 @@ class Problem:
     ops: tuple[str, ...]
     """the n operators, each in OPS; ops[i] joins the running value and operands[i + 1]"""
 
+    @classmethod
+    def from_row(cls, row: dict) -> "Problem":
+        """The problem of a split row (its `operands` and `ops` fields)."""
+        return cls(tuple(row["operands"]), tuple(row["ops"]))
+
     @property
     def n_ops(self) -> int:
         return len(self.ops)

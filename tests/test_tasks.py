@@ -38,7 +38,8 @@ def test_shipped_splits_match_the_generator():
 def test_answers_recompute_and_difficulty_range():
     rows = load_tasks(default_task_path("heldout"))
     for row in rows:
-        assert row["answer"] == recompute(row)
+        assert row["answer"] == recompute(row) == Problem.from_row(row).answer
+        assert Problem.from_row(row).prompt == row["prompt"]
         assert row["n_ops"] == len(row["ops"]) and row["prompt"].endswith("=?\n")
     assert {r["n_ops"] for r in rows} == set(range(1, MAX_OPS + 1))
 
@@ -98,7 +99,7 @@ def test_tokenizer_round_trips_task_strings():
     rng = random.Random(4)
     rows = load_tasks(default_task_path("train"))[:100]
     strings = [r["prompt"] for r in rows]
-    strings += [solution_text(Problem(tuple(r["operands"]), tuple(r["ops"])), rng) for r in rows]
+    strings += [solution_text(Problem.from_row(r), rng) for r in rows]
     assert len(strings) == 200
     for s in strings:
         ids = tok(s).input_ids
