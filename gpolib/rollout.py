@@ -8,6 +8,7 @@ distribution the trainer also uses; with top_p < 1 the nucleus truncation is not
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -110,6 +111,33 @@ def completion_masks(completion_ids: torch.Tensor, eos_id: int) -> tuple:
     return mask, truncated
 
 
+@contextlib.contextmanager
+def merged_lora(model):
+    """Fold LoRA deltas into the base Linear weights while sampling (one matmul per projection instead of
+    three), then restore the exact base weights. Models with other adapter kinds are left unchanged."""
+    try:
+        from peft.tuners.lora import LoraLayer
+        from peft.tuners.lora.layer import Linear as LoraLinear
+    except ImportError:  # peft absent: nothing to merge
+        yield
+        return
+    layers = [m for m in model.modules() if isinstance(m, LoraLayer)]
+    if not layers or any(type(m) is not LoraLinear or m.merged for m in layers):
+        yield
+        return
+    saved = [m.get_base_layer().weight.detach().clone() for m in layers]
+    with torch.no_grad():
+        for m in layers:
+            m.merge()
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for m, w in zip(layers, saved):
+                m.unmerge()
+                m.get_base_layer().weight.copy_(w)  # exact, no floating-point drift
+
+
 @torch.inference_mode()
 def hf_generate(model, tokenizer, prompts: list, group_size: int, max_new_tokens: int,
                 temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False) -> Rollout:
@@ -120,9 +148,10 @@ def hf_generate(model, tokenizer, prompts: list, group_size: int, max_new_tokens
     p_mask = p_mask.repeat_interleave(group_size, dim=0)
     recorder = _SampledLogprobRecorder(1.0 if greedy else temperature, p_ids.shape[1])
     sampling = dict(do_sample=False) if greedy else dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)
-    seqs = model.generate(input_ids=p_ids, attention_mask=p_mask, max_new_tokens=max_new_tokens,
-                          pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-                          logits_processor=[recorder], **sampling)  # (B, P + T)
+    with merged_lora(model):
+        seqs = model.generate(input_ids=p_ids, attention_mask=p_mask, max_new_tokens=max_new_tokens,
+                              pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+                              logits_processor=[recorder], **sampling)  # (B, P + T)
     c_ids = seqs[:, p_ids.shape[1]:]  # (B, T)
     logps = recorder.finish(seqs)  # (B, T)
     mask, truncated = completion_masks(c_ids, tokenizer.eos_token_id)

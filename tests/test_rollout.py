@@ -1,0 +1,79 @@
+"""Rollouts: masks, truncation, sampling log-probs = trainer log-probs, the vLLM conversion."""
+import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from gpolib.rollout import completion_masks, concat, generate
+from gpolib.logprobs import completion_logps
+
+MODEL = "data/models/tiny-qwen3"
+
+
+def test_completion_masks_hand_example():
+    ids = torch.tensor([[5, 6, 2, 0, 0], [5, 5, 5, 5, 5], [2, 0, 0, 0, 0]])  # eos = 2, pad = 0
+    mask, trunc = completion_masks(ids, eos_id=2)
+    assert mask.tolist() == [[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]]
+    assert trunc.tolist() == [False, True, False]
+
+
+@pytest.fixture(scope="module")
+def policy():
+    from gpolib.models import load_policy
+    from gpolib.train import resolve_path
+    return load_policy(resolve_path(MODEL), lora_r=8)
+
+
+def test_sampling_logps_match_trainer_recompute(policy):
+    model, tok = policy
+    torch.manual_seed(0)
+    from gpolib.tasks import load_tasks
+    from gpolib.train import resolve_path
+    prompts = [t["prompt"] for t in load_tasks(resolve_path("data/tasks/heldout.jsonl"))[:3]]
+    for temperature in (1.0, 0.7):
+        ro = generate(model, tok, prompts, group_size=4, max_new_tokens=40, temperature=temperature)
+        assert ro.completion_ids.shape[0] == 12 and len(ro.texts) == 12
+        with torch.no_grad():
+            lp = completion_logps(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask,
+                                  temperature)
+        assert torch.allclose(lp, ro.sample_logps, atol=1e-4), (lp - ro.sample_logps).abs().max()
+        assert bool((ro.sample_logps <= 0).all())
+        assert ro.lengths.max().item() == ro.completion_ids.shape[1]
+
+
+def test_select_and_concat_round_trip(policy):
+    model, tok = policy
+    torch.manual_seed(1)
+    ro = generate(model, tok, ["Q: 1+1=\n", "Q: 9*9-3=\n"], group_size=3, max_new_tokens=30)
+    a, b = ro.select(torch.arange(3)), ro.select(torch.arange(3, 6))
+    back = concat([a, b], tok.pad_token_id)
+    assert back.texts == ro.texts
+    assert torch.equal(back.lengths, ro.lengths)
+    assert torch.allclose(back.sample_logps[:, : ro.sample_logps.shape[1]], ro.sample_logps)
+
+
+def test_vllm_missing_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    from gpolib.vllm_backend import vllm_generate
+    with pytest.raises(ImportError, match=r"gpolib\[vllm\]"):
+        vllm_generate(None, None, ["q"], 2, 8, 1.0, 1.0)
+
+
+def test_vllm_output_conversion_fixture(policy):
+    _, tok = policy
+    from gpolib.vllm_backend import to_rollout
+    eos = tok.eos_token_id
+    a, b = tok.convert_tokens_to_ids(["1", "2"])
+
+    def comp(ids, lps, text):
+        return SimpleNamespace(token_ids=ids, text=text,
+                               logprobs=[{i: SimpleNamespace(logprob=lp)} for i, lp in zip(ids, lps)])
+    # recorded shape of vLLM RequestOutput: .outputs -> CompletionOutput(token_ids, text, logprobs)
+    outputs = [SimpleNamespace(outputs=[comp([a, b, eos], [-0.1, -0.2, -0.3], "12"),
+                                        comp([b, b, b, b], [-1.0, -1.0, -1.0, -1.0], "2222")])]
+    ro = to_rollout(outputs, tok, ["Q: 5+7=\n"], group_size=2, max_new_tokens=4)
+    assert ro.completion_mask.tolist() == [[1, 1, 1, 0], [1, 1, 1, 1]]
+    assert ro.truncated.tolist() == [False, True]
+    assert torch.allclose(ro.sample_logps, torch.tensor([[-0.1, -0.2, -0.3, 0.0], [-1.0] * 4]))
+    assert ro.prompt_index.tolist() == [0, 0]
