@@ -102,9 +102,9 @@ def make_problem(rng: random.Random, n_ops: int) -> Problem:
 
 def _check_line(c: int, op: str, b: int) -> str | None:
     """`chk c<inv>b=a` undoing the step `a<op>b=c`; None when `c/b` is not exact."""
-    if op == "*" and c % b:
-        return None
-    inverse, a = {"+": ("-", c - b), "-": ("+", c + b), "*": ("/", c // b if op == "*" else 0)}[op]
+    if op == "*":
+        return f"chk {c}/{b}={c // b}" if c % b == 0 else None
+    inverse, a = ("-", c - b) if op == "+" else ("+", c + b)
     return f"chk {c}{inverse}{b}={a}"
 
 
