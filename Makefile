@@ -23,7 +23,7 @@ smoke: $(STAMP)
 	$(PY) -m gpolib reproduce --profile smoke
 
 test: $(STAMP)
-	OMP_NUM_THREADS=2 $(PY) -m pytest -q tests notebooks --nbval-lax --sanitize-with notebooks/sanitize.cfg
+	OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest -q tests notebooks --nbval-lax --sanitize-with notebooks/sanitize.cfg
 
 bench: $(STAMP)
 	$(PY) -m pip install -q -e ".[bench]"
