@@ -1,7 +1,11 @@
 """Command line: `python -m gpolib <command> ...`.
 
-Commands: `pretrain` (build an embedded base policy). Each command is one
-subparser plus one `cmd_<name>(args)` function registered in `COMMANDS`.
+Commands:
+  reproduce  execute the workbook notebooks in order (`--profile smoke|full|gpu`, `--only 01,02`)
+  train      one RL run of a preset (`--preset dapo --out DIR --set steps=50 --set loss_eps_high=0.28`)
+  pretrain   build an embedded base policy (`--arch dense|moe`)
+  bench      the RL step against TRL's GRPOTrainer (needs `pip install -e ".[bench]"`)
+Each command is one subparser plus one `cmd_<name>(args)` function registered in `COMMANDS`.
 """
 from __future__ import annotations
 
@@ -33,7 +37,68 @@ def cmd_pretrain(args) -> int:
     return 0
 
 
-COMMANDS = {"pretrain": (add_pretrain, cmd_pretrain)}
+def add_train(sub) -> None:
+    p = sub.add_parser("train", help="one RL run of a preset")
+    p.add_argument("--preset", required=True, help="grpo | dapo | gspo | gfpo | dr_grpo")
+    p.add_argument("--out", required=True, help="run directory (resumes / reuses a run of the same config)")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="override a TrainConfig field (loss_<field> for LossConfig); repeatable")
+
+
+def parse_overrides(items: list) -> dict:
+    """FIELD=VALUE strings -> dict; VALUE is a Python literal (number, bool, None, quoted string) or a bare string."""
+    import ast
+
+    out = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set {item!r} is invalid; expected FIELD=VALUE")
+        try:
+            out[key] = ast.literal_eval(raw)  # literals only: never executes code
+        except (ValueError, SyntaxError):
+            out[key] = raw
+    return out
+
+
+def cmd_train(args) -> int:
+    from gpolib import presets
+    from gpolib.train import train
+
+    torch.set_num_threads(2)
+    try:
+        cfg = presets.get(args.preset, **parse_overrides(args.set))
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    metrics = train(cfg, args.out)
+    print(json.dumps({"out": args.out, "steps": len(metrics), "last": metrics[-1] if metrics else None}))
+    return 0
+
+
+def add_reproduce(sub) -> None:
+    from gpolib import workbook
+
+    workbook.add_cli(sub)
+
+
+def cmd_reproduce(args) -> int:
+    return args.func(args)
+
+
+def add_bench(sub) -> None:
+    p = sub.add_parser("bench", help="RL step time against TRL's GRPOTrainer (bench extra)")
+    p.add_argument("rest", nargs=argparse.REMAINDER, help="arguments of benchmarks/rl_step_vs_trl.py")
+
+
+def cmd_bench(args) -> int:
+    from gpolib import bench
+
+    return bench.main(args.rest)
+
+
+COMMANDS = {"reproduce": (add_reproduce, cmd_reproduce), "train": (add_train, cmd_train),
+            "pretrain": (add_pretrain, cmd_pretrain), "bench": (add_bench, cmd_bench)}
 """command name -> (add its subparser, run it); further commands register here"""
 
 

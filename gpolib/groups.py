@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import torch
 
-from .objectives import group_advantages
 
 
 def informative_groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:

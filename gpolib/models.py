@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import os
 import warnings
-from pathlib import Path
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Qwen3Config, Qwen3MoeConfig
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
-from gpolib.tasks import repo_root
+from gpolib.paths import repo_root, resolve
 
 EMBEDDED = {"dense": "data/models/tiny-qwen3", "moe": "data/models/tiny-qwen3-moe"}
 """repository-relative directories of the shipped base policies, by architecture"""
@@ -46,11 +45,9 @@ def resolve_path(name_or_path: str) -> str:
     looks_local = name_or_path.startswith((".", "/", "data/", "~")) or os.path.exists(name_or_path)
     if not looks_local:
         return name_or_path
-    path = Path(name_or_path).expanduser()
-    if not path.exists() and not path.is_absolute():
-        path = repo_root() / path
+    path = resolve(name_or_path)
     if not path.exists():
-        raise FileNotFoundError(f"model path not found: {name_or_path} (also tried {path})")
+        raise FileNotFoundError(f"model path not found: {name_or_path} (also tried {repo_root() / name_or_path})")
     return str(path)
 
 

@@ -16,6 +16,16 @@ def repo_root() -> Path:
     return Path(__file__).resolve().parent.parent
 
 
+def resolve(path: str | Path) -> Path:
+    """A relative path that does not exist from the working directory is taken from the repository root
+    (so notebooks in notebooks/ and scripts anywhere can say `data/models/tiny-qwen3`)."""
+    p = Path(path).expanduser()
+    if p.is_absolute() or p.exists():
+        return p
+    alt = repo_root() / p
+    return alt if alt.exists() else p
+
+
 def reports_dir(profile: str = "full", root: Path | str | None = None) -> Path:
     """`reports/` for full, `reports/<profile>/` for the others."""
     if profile not in _SUBDIR:

@@ -29,6 +29,8 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from .paths import repo_root, resolve
+
 OPS = ("+", "-", "*")
 MAX_OPS = 4
 """the longest chain has MAX_OPS operators (MAX_OPS + 1 operands)"""
@@ -182,7 +184,7 @@ def _parse_line(line: str, path: Path, lineno: int) -> dict:
 
 def load_tasks(path: str | Path) -> list[dict]:
     """Read a task JSONL file. Blank lines are skipped; errors name the file and line."""
-    path = Path(path)
+    path = resolve(path)
     if not path.is_file():
         raise FileNotFoundError(f"task file not found: {path}")
     rows = [_parse_line(line, path, i) for i, line in
@@ -190,11 +192,6 @@ def load_tasks(path: str | Path) -> list[dict]:
     if not rows:
         raise ValueError(f"{path}: task file is empty")
     return rows
-
-
-def repo_root() -> Path:
-    """The repository root (the parent of the `gpolib` package)."""
-    return Path(__file__).resolve().parent.parent
 
 
 def default_task_path(split: str = "train") -> Path:

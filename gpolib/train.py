@@ -26,15 +26,6 @@ from .rundir import RunDir
 from . import moe
 
 
-def resolve_path(p: str) -> str:
-    """A relative path that does not exist from the cwd is looked up from the repository root."""
-    path = Path(p)
-    if path.is_absolute() or path.exists():
-        return str(path)
-    alt = Path(__file__).resolve().parents[1] / path
-    return str(alt) if alt.exists() else p
-
-
 def _nanmean(values) -> float | None:
     vals = [float(v) for v in values]
     return sum(vals) / len(vals) if vals else None
@@ -62,14 +53,14 @@ class Trainer:
         self.cfg = cfg
         torch.manual_seed(cfg.seed)
         self.device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device
-        self.model, self.tok = load_policy(resolve_path(cfg.model), lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
+        self.model, self.tok = load_policy(cfg.model, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
                                            device=self.device, dtype=cfg.dtype)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.opt = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay)
         warm = cfg.warmup_steps
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / (warm + 1)))
-        self.train_tasks = load_tasks(resolve_path(cfg.task_train))
-        self.eval_tasks = load_tasks(resolve_path(cfg.task_eval))[: cfg.eval_prompts]
+        self.train_tasks = load_tasks(cfg.task_train)
+        self.eval_tasks = load_tasks(cfg.task_eval)[: cfg.eval_prompts]
         self.group_means: list = []  # running record for GFPO adaptive k
 
     # -- 1. rollout and scoring ---------------------------------------------------

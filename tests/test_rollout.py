@@ -21,16 +21,14 @@ def test_completion_masks_hand_example():
 @pytest.fixture(scope="module")
 def policy():
     from gpolib.models import load_policy
-    from gpolib.train import resolve_path
-    return load_policy(resolve_path(MODEL), lora_r=8)
+    return load_policy(MODEL, lora_r=8)
 
 
 def test_sampling_logps_match_trainer_recompute(policy):
     model, tok = policy
     torch.manual_seed(0)
     from gpolib.tasks import load_tasks
-    from gpolib.train import resolve_path
-    prompts = [t["prompt"] for t in load_tasks(resolve_path("data/tasks/heldout.jsonl"))[:3]]
+    prompts = [t["prompt"] for t in load_tasks("data/tasks/heldout.jsonl")[:3]]
     for temperature in (1.0, 0.7):
         ro = generate(model, tok, prompts, group_size=4, max_new_tokens=40, temperature=temperature)
         assert ro.completion_ids.shape[0] == 12 and len(ro.texts) == 12

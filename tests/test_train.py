@@ -58,8 +58,7 @@ def test_lora_weights_change_base_frozen(tiny_cfg):
 
 def test_dynamic_sampling_stops_at_bound_on_unsolvable_data(tiny_cfg, tmp_path):
     from gpolib.tasks import load_tasks
-    from gpolib.train import resolve_path
-    rows = load_tasks(resolve_path("data/tasks/train.jsonl"))[:50]
+    rows = load_tasks("data/tasks/train.jsonl")[:50]
     bad = tmp_path / "unsolvable.jsonl"
     bad.write_text("".join(json.dumps({**r, "answer": 987654321}) + "\n" for r in rows))
     cfg = tiny_cfg("dapo", task_train=str(bad), max_gen_batches=3, steps=1, overlong="none")
