@@ -51,9 +51,10 @@ def expert_load(model, ro) -> np.ndarray:
     """
     from .models import router_topk
 
+    device = next(model.parameters()).device
     ids = torch.cat([ro.prompt_ids, ro.completion_ids], dim=1)  # (B, P + T)
     mask = torch.cat([ro.prompt_mask, ro.completion_mask], dim=1).bool()  # (B, P + T)
-    picks = router_topk(model, ids, mask.long())  # (L, B, P + T, k)
+    picks = router_topk(model, ids.to(device), mask.long().to(device)).cpu()  # (L, B, P + T, k)
     n_experts = int(model.config.num_experts)
     counts = [torch.bincount(layer[mask].flatten(), minlength=n_experts) for layer in picks]  # L x (E,)
     load = torch.stack(counts).float()  # (L, E)
