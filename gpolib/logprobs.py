@@ -1,7 +1,9 @@
 """Per-token log-probabilities and entropies of completions under a causal LM.
 
-Only completion positions reach the LM head (`logits_to_keep`), and log-probs are gathered chunk by
-chunk so no (B, T, V) log-softmax is kept beyond what autograd needs for the chunk.
+Efficiency: rows are sorted by length and processed in chunks, each trimmed to its own longest
+prompt and completion (less padding); only completion positions reach the LM head
+(`logits_to_keep`); log-probs are gathered per chunk, so no (B, T, V) log-softmax is kept
+beyond what autograd needs for the chunk.
 """
 from __future__ import annotations
 
@@ -13,27 +15,50 @@ def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
 
 
-def completion_logps(model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature: float = 1.0,
-                     chunk_rows: int = 64, with_entropy: bool = False):
-    """log pi(o_t | q, o_<t) / temperature-scaled, for each completion token.
+def _chunk_logps(model, p_ids, p_mask, c_ids, c_mask, temperature: float, with_entropy: bool):
+    """One chunk, already trimmed: (b, P), (b, T) -> logps (b, T), entropy (b, T) or None."""
+    ids = torch.cat([p_ids, c_ids], dim=1)  # (b, P + T)
+    attn = torch.cat([p_mask, c_mask], dim=1)
+    T = c_ids.shape[1]
+    # logits at positions P-1 .. P+T-2 predict completion tokens 0 .. T-1
+    logits = model(input_ids=ids, attention_mask=attn, position_ids=position_ids(attn),
+                   logits_to_keep=T + 1, use_cache=False).logits[:, :-1]  # (b, T, V)
+    logits = logits.float() / temperature
+    lse = torch.logsumexp(logits, dim=-1)  # (b, T)
+    logps = logits.gather(-1, c_ids.unsqueeze(-1)).squeeze(-1) - lse
+    ent = None
+    if with_entropy:
+        with torch.no_grad():
+            ent = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)  # H = logsumexp - E_p[logit]
+    return logps, ent
 
-    prompt_ids/mask (B, P), completion_ids/mask (B, T) -> logps (B, T) [, entropy (B, T) detached].
+
+def completion_logps(model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature: float = 1.0,
+                     chunk_rows: int = 64, with_entropy: bool = False, bucket: bool = True):
+    """log pi(o_t | q, o_<t) under softmax(logits / temperature), for each completion token.
+
+    prompt_ids/mask (B, P) left-padded, completion_ids/mask (B, T) right-padded
+    -> logps (B, T) [, entropy (B, T) detached]; zeros on padding.
+    bucket=False keeps the rows' order and padding in one pass per chunk (needed by routing replay).
     """
-    ids = torch.cat([prompt_ids, completion_ids], dim=1)  # (B, P + T)
-    attn = torch.cat([prompt_mask, completion_mask], dim=1)  # (B, P + T)
-    T = completion_ids.shape[1]
-    out_lp, out_ent = [], []
-    for s in range(0, ids.shape[0], chunk_rows):
-        rows = slice(s, s + chunk_rows)
-        # logits at positions P-1 .. P+T-2 predict completion tokens 0 .. T-1
-        logits = model(input_ids=ids[rows], attention_mask=attn[rows], position_ids=position_ids(attn[rows]),
-                       logits_to_keep=T + 1, use_cache=False).logits[:, :-1]  # (b, T, V)
-        logits = logits.float() / temperature
-        lse = torch.logsumexp(logits, dim=-1)  # (b, T)
-        out_lp.append(logits.gather(-1, completion_ids[rows].unsqueeze(-1)).squeeze(-1) - lse)
+    B, T = completion_ids.shape
+    c_len = completion_mask.sum(dim=1)  # (B,)
+    order = torch.argsort(c_len, stable=True) if bucket else torch.arange(B, device=c_len.device)
+    logps = torch.zeros(B, T, device=completion_ids.device)
+    ent = torch.zeros(B, T, device=completion_ids.device) if with_entropy else None
+    pieces = []
+    for s in range(0, B, chunk_rows):
+        rows = order[s:s + chunk_rows]
+        t = int(c_len[rows].max()) if bucket else T
+        p_keep = prompt_mask[rows].sum(dim=1).max() if bucket else prompt_ids.shape[1]
+        p0 = prompt_ids.shape[1] - int(p_keep)  # left padding shared by every row of the chunk
+        lp, en = _chunk_logps(model, prompt_ids[rows, p0:], prompt_mask[rows, p0:], completion_ids[rows, :t],
+                              completion_mask[rows, :t], temperature, with_entropy)
+        pieces.append((rows, t, lp, en))
+    # scatter back (index_put keeps autograd)
+    for rows, t, lp, en in pieces:
+        logps = logps.index_put((rows.unsqueeze(1), torch.arange(t, device=rows.device).unsqueeze(0)), lp)
         if with_entropy:
-            with torch.no_grad():
-                p = torch.softmax(logits, dim=-1)
-                out_ent.append(lse - (p * logits).sum(-1))  # H = logsumexp - E_p[logit]
-    logps = torch.cat(out_lp) * completion_mask
-    return (logps, torch.cat(out_ent) * completion_mask) if with_entropy else logps
+            ent[rows, :t] = en
+    logps = logps * completion_mask
+    return (logps, ent * completion_mask) if with_entropy else logps

@@ -113,6 +113,18 @@ def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str, max_len: i
                      "'seq_mean_token_sum_norm'")
 
 
+def subset_scale(aggregation: str, rows: int, rows_total: int, tokens: int, tokens_total: int) -> float:
+    """Factor that turns a loss aggregated over a subset of rows into its share of the full-batch loss.
+
+    Rows whose advantage is 0 (and beta = 0) add nothing to the numerator of any aggregation, only to
+    its denominator; computing the loss on the other rows and scaling by this factor gives the same
+    value and gradient while skipping their forward and backward passes.
+    """
+    if aggregation == "token_mean":
+        return tokens / max(tokens_total, 1)
+    return rows / max(rows_total, 1)  # both sequence-mean forms divide by the number of rows
+
+
 # --- KL ----------------------------------------------------------------------
 def k3_kl(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
     """Unbiased, non-negative KL estimator, DeepSeekMath Eq. 4 (Schulman's k3).

@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 from .config import TrainConfig
 from .groups import adaptive_k, gfpo_advantages, gfpo_keep, informative_groups
 from .logprobs import completion_logps
-from .objectives import group_advantages, policy_loss
+from .objectives import group_advantages, policy_loss, subset_scale
 from .rewards import correctness_reward, overlong_filter_mask, soft_overlong_penalty
 from .rollout import Rollout, concat, generate
 from .rundir import RunDir
@@ -127,10 +127,11 @@ class Trainer:
         return Batch(sub, correct[keep], rewards[keep], adv[keep], mask[keep][:, : sub.completion_ids.shape[1]], stats)
 
     # -- 2. the mu minibatch updates ---------------------------------------------------
-    def logps(self, ro: Rollout, rows=slice(None), with_entropy: bool = False, chunk_rows: int = 64):
+    def logps(self, ro: Rollout, rows=slice(None), with_entropy: bool = False, chunk_rows: int = 64,
+              bucket: bool = True):
         return completion_logps(self.model, ro.prompt_ids[rows].to(self.device), ro.prompt_mask[rows].to(self.device),
                                 ro.completion_ids[rows].to(self.device), ro.completion_mask[rows].to(self.device),
-                                self.cfg.temperature, chunk_rows=chunk_rows, with_entropy=with_entropy)
+                                self.cfg.temperature, chunk_rows=chunk_rows, with_entropy=with_entropy, bucket=bucket)
 
     def old_logps(self, batch: Batch):
         """pi_old per token (B, T): engine sampling log-probs, a recompute, or None (mu = 1: reuse current)."""
@@ -144,7 +145,7 @@ class Trainer:
         with torch.inference_mode():
             if c.routing_replay and moe.is_moe(self.model):
                 with moe.record_routing(self.model, experts):
-                    lp = self.logps(batch.rollout, chunk_rows=len(batch.correct))
+                    lp = self.logps(batch.rollout, chunk_rows=len(batch.correct), bucket=False)
             else:
                 lp = self.logps(batch.rollout)
         return lp.clone(), experts
@@ -156,17 +157,33 @@ class Trainer:
             return {"update/skipped": 1}
         old_all, experts = self.old_logps(batch)
         gen = torch.Generator().manual_seed(c.seed * 7919 + step)
+        # rows with A = 0 add nothing but a denominator share when beta = 0: skip their passes, rescale
+        active = batch.advantages != 0 if c.loss.beta == 0 else torch.ones(B, dtype=torch.bool)
         stats: dict = {}
         self.model.train()
-        for mb in torch.randperm(B, generator=gen).chunk(c.mu):
-            mb = mb.sort().values
+        for mb_all in torch.randperm(B, generator=gen).chunk(c.mu):
+            mb_all = mb_all.sort().values
+            mb = mb_all[active[mb_all]]
+            if len(mb) == 0:  # same as a zero gradient step
+                for p in self.params:
+                    p.grad = torch.zeros_like(p)
+                self.opt.step()
+                self.sched.step()
+                self.opt.zero_grad(set_to_none=True)
+                continue
             replay = moe.replay_routing(self.model, _rows_of(experts, mb, B)) if experts else _null()
             with replay:
-                lp, ent = self.logps(ro, mb, with_entropy=True, chunk_rows=len(mb) if experts else 64)
+                lp, ent = self.logps(ro, mb, with_entropy=True, chunk_rows=len(mb) if experts else 64,
+                                     bucket=not experts)
             old = lp.detach() if old_all is None else old_all[mb]
             ref = self.ref_logps(ro, mb) if c.loss.beta > 0 else None
             mask, adv = batch.loss_mask[mb].to(self.device), batch.advantages[mb].to(self.device)
             loss, info = policy_loss(lp, old, adv, mask, c.loss, ref)
+            full_mask = batch.loss_mask[mb_all]
+            scale = subset_scale(c.loss.aggregation, len(mb), len(mb_all), float(mask.sum()), float(full_mask.sum()))
+            loss = loss * scale
+            for k in ("clip_frac_low", "clip_frac_high", "clip_frac"):
+                info[k] *= float(mask.sum()) / max(float(full_mask.sum()), 1.0)
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"non-finite loss ({loss.item()}) at step {step}; last good checkpoint kept")
             loss.backward()
@@ -253,6 +270,8 @@ def response_stats(ro: Rollout, correct, rewards, G: int) -> dict:
             "groups/all_correct": float((per_group == G).float().mean()),
             "groups/all_wrong": float((per_group == 0).float().mean()),
             "groups/zero_var": float((rewards.view(-1, G).std(1) == 0).float().mean()),
+            # -E[log p(sampled token)]: an unbiased estimate of the per-token entropy of the sampling policy
+            "entropy/sampled": float(-(ro.sample_logps * ro.completion_mask).sum() / ro.completion_mask.sum().clamp(min=1)),
             }
 
 

@@ -227,3 +227,24 @@ def test_policy_loss_kl_term():
     assert loss.item() == pytest.approx(0.1 * k3, rel=1e-6)
     with pytest.raises(ValueError, match="ref_logps"):
         policy_loss(logps, logps.detach(), torch.zeros(2), mask, cfg)
+
+
+@pytest.mark.parametrize("cfg", [GRPO, DAPO, DR], ids=lambda c: c.aggregation)
+def test_zero_advantage_rows_can_be_skipped(cfg):
+    from gpolib.objectives import subset_scale
+    B, T = 6, 7
+    mask = _mask([7, 2, 5, 1, 6, 3], T)
+    old = torch.randn(B, T, dtype=torch.float64)
+    new = old + 0.2 * torch.randn(B, T, dtype=torch.float64)
+    adv = torch.tensor([1.2, 0.0, -0.7, 0.0, 0.0, 2.0], dtype=torch.float64)
+    full = new.clone().requires_grad_()
+    loss_full, _ = policy_loss(full, old, adv, mask, cfg)
+    loss_full.backward()
+    keep = adv != 0
+    sub = new[keep].clone().requires_grad_()
+    loss_sub, _ = policy_loss(sub, old[keep], adv[keep], mask[keep], cfg)
+    scale = subset_scale(cfg.aggregation, int(keep.sum()), B, float(mask[keep].sum()), float(mask.sum()))
+    (loss_sub * scale).backward()
+    assert (loss_sub * scale).item() == pytest.approx(loss_full.item(), abs=1e-12)
+    assert torch.allclose(sub.grad, full.grad[keep], atol=1e-12)
+    assert torch.all(full.grad[~keep] == 0)
