@@ -98,6 +98,8 @@ class TrainConfig:
     """RL steps (one rollout batch each)."""
     mu: int = 1
     """policy updates per rollout batch: the batch is split into mu minibatches, one optimiser step each."""
+    micro_batch_rows: int = 64
+    """rows per forward/backward pass; gradients accumulate over micro-batches, so memory is bounded by one."""
     lr: float = 1e-3
     """AdamW learning rate (LoRA parameters)."""
     warmup_steps: int = 5
@@ -170,7 +172,7 @@ class TrainConfig:
                 _fail(name, getattr(self, name), "True | False")
         _positive("group_size", self.group_size, 1, integer=True)
         for name in ("prompts_per_step", "steps", "mu", "max_new_tokens", "max_gen_batches",
-                     "eval_prompts", "eval_samples", "checkpoint_every"):
+                     "eval_prompts", "eval_samples", "checkpoint_every", "micro_batch_rows"):
             _positive(name, getattr(self, name), 0, integer=True)
         for name in ("warmup_steps", "lora_r", "lora_alpha", "overlong_cache", "eval_every", "seed"):
             _positive(name, getattr(self, name), 0, strict=False, integer=True)

@@ -37,6 +37,13 @@ def record_routing(model, store: list):
             h.remove()
 
 
+def stack_by_layer(store: list, n_layers: int) -> list:
+    """Records of several forward calls (call-major: layer 0..n-1 per call) -> one (N_total, k) per layer."""
+    if len(store) % n_layers:
+        raise ValueError(f"{len(store)} router records do not divide into {n_layers} layers")
+    return [torch.cat(store[layer::n_layers]) for layer in range(n_layers)]
+
+
 def _replayed(module, output, experts: torch.Tensor):
     """Router output with forced experts; weights = softmax(new logits) at those experts (renormalised)."""
     logits = output[0]  # (N, E)

@@ -145,13 +145,15 @@ class Trainer:
         with torch.inference_mode():
             if c.routing_replay and moe.is_moe(self.model):
                 with moe.record_routing(self.model, experts):
-                    lp = self.logps(batch.rollout, chunk_rows=len(batch.correct), bucket=False)
+                    lp = self.logps(batch.rollout, chunk_rows=c.micro_batch_rows, bucket=False)
+                experts = moe.stack_by_layer(experts, len(moe.routers(self.model)))
             else:
-                lp = self.logps(batch.rollout)
+                lp = self.logps(batch.rollout, chunk_rows=c.micro_batch_rows)
         return lp.clone(), experts
 
     def update(self, batch: Batch, step: int) -> dict:
-        c, ro = self.cfg, batch.rollout
+        """mu optimiser steps on disjoint minibatches of the rollout; returns mean diagnostics."""
+        c = self.cfg
         B = len(batch.correct)
         if B == 0 or not bool((batch.advantages != 0).any()):
             return {"update/skipped": 1}
@@ -161,43 +163,55 @@ class Trainer:
         active = batch.advantages != 0 if c.loss.beta == 0 else torch.ones(B, dtype=torch.bool)
         stats: dict = {}
         self.model.train()
-        for mb_all in torch.randperm(B, generator=gen).chunk(c.mu):
-            mb_all = mb_all.sort().values
-            mb = mb_all[active[mb_all]]
-            if len(mb) == 0:  # same as a zero gradient step
-                for p in self.params:
-                    p.grad = torch.zeros_like(p)
-                self.opt.step()
-                self.sched.step()
-                self.opt.zero_grad(set_to_none=True)
-                continue
-            replay = moe.replay_routing(self.model, _rows_of(experts, mb, B)) if experts else _null()
-            with replay:
-                lp, ent = self.logps(ro, mb, with_entropy=True, chunk_rows=len(mb) if experts else 64,
-                                     bucket=not experts)
-            old = lp.detach() if old_all is None else old_all[mb]
-            ref = self.ref_logps(ro, mb) if c.loss.beta > 0 else None
-            mask, adv = batch.loss_mask[mb].to(self.device), batch.advantages[mb].to(self.device)
-            loss, info = policy_loss(lp, old, adv, mask, c.loss, ref)
-            full_mask = batch.loss_mask[mb_all]
-            scale = subset_scale(c.loss.aggregation, len(mb), len(mb_all), float(mask.sum()), float(full_mask.sum()))
-            loss = loss * scale
-            for k in ("clip_frac_low", "clip_frac_high", "clip_frac"):
-                info[k] *= float(mask.sum()) / max(float(full_mask.sum()), 1.0)
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"non-finite loss ({loss.item()}) at step {step}; last good checkpoint kept")
-            loss.backward()
-            gn = torch.nn.utils.clip_grad_norm_(self.params, c.max_grad_norm)
-            if not torch.isfinite(gn):
-                raise FloatingPointError(f"non-finite gradient norm at step {step}; last good checkpoint kept")
-            self.opt.step()
-            self.sched.step()
-            self.opt.zero_grad(set_to_none=True)
-            info.update(loss=loss.item(), grad_norm=gn.item(), entropy=float((ent * mask).sum() / mask.sum().clamp(min=1)),
-                        **clip_probs(lp.detach(), old, adv, mask, c.loss.eps_high))
+        for mb in torch.randperm(B, generator=gen).chunk(c.mu):
+            info = self._minibatch_step(batch, mb.sort().values, active, old_all, experts, step)
             for k, v in info.items():
                 stats.setdefault(k, []).append(v)
         return {k: _nanmean(x for x in v if x is not None) for k, v in stats.items()}
+
+    def _minibatch_step(self, batch: Batch, mb_all, active, old_all, experts, step: int) -> dict:
+        """Accumulate gradients over micro-batches of the minibatch's active rows, clip, step."""
+        c = self.cfg
+        rows = mb_all[active[mb_all]]
+        n_tok_all = float(batch.loss_mask[mb_all].sum())
+        infos = []
+        # longest rows together: each micro-batch is trimmed to its own length
+        order = rows[torch.argsort(batch.rollout.lengths[rows], stable=True)] if not experts else rows
+        for micro in order.split(c.micro_batch_rows):
+            micro = micro.sort().values
+            info = self._micro_backward(batch, micro, len(mb_all), n_tok_all, old_all, experts, step)
+            infos.append((float(batch.loss_mask[micro].sum()), info))
+        if not infos:  # every row has A = 0: the same as a zero-gradient step
+            for p in self.params:
+                p.grad = torch.zeros_like(p)
+        gn = torch.nn.utils.clip_grad_norm_(self.params, c.max_grad_norm)
+        if not torch.isfinite(gn):
+            raise FloatingPointError(f"non-finite gradient norm at step {step}; last good checkpoint kept")
+        self.opt.step()
+        self.sched.step()
+        self.opt.zero_grad(set_to_none=True)
+        return {"grad_norm": gn.item(), **_merge_infos(infos)}
+
+    def _micro_backward(self, batch: Batch, rows, n_rows_all: int, n_tok_all: float, old_all, experts, step: int):
+        """Forward + backward of one micro-batch; its loss is scaled to its share of the minibatch loss."""
+        c, ro = self.cfg, batch.rollout
+        replay = moe.replay_routing(self.model, _rows_of(experts, rows, len(batch.correct))) if experts else _null()
+        with replay:
+            lp, ent = self.logps(ro, rows, with_entropy=True, chunk_rows=len(rows), bucket=not experts)
+        old = lp.detach() if old_all is None else old_all[rows]
+        ref = self.ref_logps(ro, rows) if c.loss.beta > 0 else None
+        mask, adv = batch.loss_mask[rows].to(self.device), batch.advantages[rows].to(self.device)
+        loss, info = policy_loss(lp, old, adv, mask, c.loss, ref)
+        n_tok = float(mask.sum())
+        loss = loss * subset_scale(c.loss.aggregation, len(rows), n_rows_all, n_tok, n_tok_all)
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"non-finite loss ({loss.item()}) at step {step}; last good checkpoint kept")
+        loss.backward()
+        for k in ("clip_frac_low", "clip_frac_high", "clip_frac"):
+            info[k] *= n_tok / max(n_tok_all, 1.0)  # as a share of the minibatch's tokens
+        info.update(loss=loss.item(), entropy=float((ent * mask).sum() / max(n_tok, 1.0)),
+                    **clip_probs(lp.detach(), old, adv, mask, c.loss.eps_high))
+        return info
 
     def ref_logps(self, ro: Rollout, rows):
         """log pi_ref: the base model (LoRA adapters disabled)."""
@@ -248,6 +262,20 @@ def _rows_of(experts: list, rows: torch.Tensor, B: int) -> list:
     for e in experts:
         per_row = e.view(B, -1, e.shape[-1])  # (B, L, k)
         out.append(per_row[rows.to(e.device)].reshape(-1, e.shape[-1]))
+    return out
+
+
+def _merge_infos(infos: list) -> dict:
+    """Combine micro-batch diagnostics: loss and clip shares add up; the rest are token-weighted means."""
+    out: dict = {}
+    for key in {k for _, info in infos for k in info}:
+        pairs = [(n, info[key]) for n, info in infos if info.get(key) is not None]
+        if not pairs:
+            out[key] = None
+        elif key in ("loss", "clip_frac_low", "clip_frac_high", "clip_frac"):
+            out[key] = sum(v for _, v in pairs)
+        else:
+            out[key] = sum(n * v for n, v in pairs) / max(sum(n for n, _ in pairs), 1e-9)
     return out
 
 
