@@ -45,6 +45,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from collections import defaultdict
@@ -224,7 +225,7 @@ def build_trl(model: str, mu: int, steps: int, device: str, threads: int):
     m = trl_mapping(mu)
     warnings.filterwarnings("ignore", message=".*gradient_checkpointing. is deprecated", category=FutureWarning)
     args = GRPOConfig(
-        output_dir=str(ROOT / "benchmarks" / ".trl_out"), report_to="none", save_strategy="no",
+        output_dir=str(Path(tempfile.gettempdir()) / "gpolib-bench-trl"), report_to="none", save_strategy="no",
         logging_strategy="no", eval_strategy="no", disable_tqdm=True, use_cpu=device == "cpu",
         bf16=False, fp16=False, gradient_checkpointing=False,  # GRPOConfig defaults both to True
         max_steps=steps * m["steps_per_generation"], learning_rate=LR, num_generations=G,
@@ -571,7 +572,6 @@ def main(argv=None) -> int:
     with contextlib.ExitStack() as stack:
         model = args.model
         if args.random_qwen:
-            import tempfile
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
             model = random_qwen_05b(tmp / "qwen2.5-0.5b-random")
         if args.side != "both":
