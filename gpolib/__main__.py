@@ -111,6 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["bench"]:  # every further argument belongs to the benchmark script
+        from gpolib import bench
+
+        return bench.main(argv[1:])
     args = build_parser().parse_args(argv)
     return COMMANDS[args.command][1](args)
 

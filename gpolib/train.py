@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 from .config import TrainConfig
 from .groups import adaptive_k, gfpo_advantages, gfpo_keep, informative_groups
 from .logprobs import completion_logps
+from .memory import check_fits
 from .objectives import group_advantages, policy_loss, subset_scale
 from .rewards import correctness_reward, overlong_filter_mask, soft_overlong_penalty
 from .rollout import Rollout, concat, generate
@@ -53,14 +54,19 @@ class Trainer:
         self.cfg = cfg
         torch.manual_seed(cfg.seed)
         self.device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device
+        # data first: a bad task file fails before the model is loaded
+        self.train_tasks = load_tasks(cfg.task_train)
+        self.eval_tasks = load_tasks(cfg.task_eval)[: cfg.eval_prompts]
+        if len(self.train_tasks) < cfg.prompts_per_step:
+            raise ValueError(f"prompts_per_step={cfg.prompts_per_step} is invalid; allowed: <= the "
+                             f"{len(self.train_tasks)} prompts of {cfg.task_train}")
         self.model, self.tok = load_policy(cfg.model, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
                                            device=self.device, dtype=cfg.dtype)
+        check_fits(cfg, self.model)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.opt = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay)
         warm = cfg.warmup_steps
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / (warm + 1)))
-        self.train_tasks = load_tasks(cfg.task_train)
-        self.eval_tasks = load_tasks(cfg.task_eval)[: cfg.eval_prompts]
         self.group_means: list = []  # running record for GFPO adaptive k
 
     # -- 1. rollout and scoring ---------------------------------------------------

@@ -23,3 +23,46 @@ def tiny_cfg():
         base.update(kw)
         return presets.get(name, **base)
     return make
+
+
+RESUME_SCRIPT = """
+import sys, torch
+import gpolib
+torch.set_num_threads(2)
+from gpolib import presets
+from gpolib.train import train
+if len(sys.argv) > 2:  # fault injection: die half-way through writing checkpoint number argv[2]
+    import os, gpolib.rundir as R
+    real = R._atomic_write
+    def dying(path, data):
+        if path.name == f"ckpt-{int(sys.argv[2]):06d}.pt":
+            with open(path.with_name(path.name + ".tmp-dying"), "wb") as f:
+                f.write(data[: len(data) // 2])
+            os._exit(9)
+        real(path, data)
+    R._atomic_write = dying
+cfg = presets.get('grpo', steps=4, prompts_per_step=4, group_size=4, max_new_tokens=48, eval_prompts=8,
+                  eval_samples=2, checkpoint_every=1, warmup_steps=0)
+train(cfg, sys.argv[1], progress=False)
+"""
+
+
+def read_metrics(run_dir):
+    import json
+    return [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def stable(rows):
+    """Metrics without wall-clock fields."""
+    return [{k: v for k, v in r.items() if not k.startswith(("time/", "tokens_per_s"))} for r in rows]
+
+
+@pytest.fixture(scope="session")
+def clean_resume_run(tmp_path_factory):
+    """An uninterrupted 4-step run of RESUME_SCRIPT, shared by the fault-injection tests."""
+    import subprocess
+    import sys
+    out = tmp_path_factory.mktemp("clean") / "run"
+    env = dict(os.environ, PYTHONPATH=os.getcwd())
+    subprocess.run([sys.executable, "-c", RESUME_SCRIPT, str(out)], env=env, check=True)
+    return out

@@ -113,18 +113,8 @@ def test_non_finite_loss_names_step_and_keeps_checkpoint(tiny_cfg, tmp_path, mon
     assert not (tmp_path / "nan" / ".lock").exists()
 
 
-RESUME_SCRIPT = """
-import sys, torch
-torch.set_num_threads(2)
-from gpolib import presets
-from gpolib.train import train
-cfg = presets.get('grpo', steps=4, prompts_per_step=4, group_size=4, max_new_tokens=48, eval_prompts=8,
-                  eval_samples=2, checkpoint_every=1, warmup_steps=0)
-train(cfg, sys.argv[1], progress=False)
-"""
-
-
-def test_resume_after_sigkill_matches_uninterrupted(tmp_path):
+def test_resume_after_sigkill_matches_uninterrupted(tmp_path, clean_resume_run):
+    from conftest import RESUME_SCRIPT, read_metrics, stable
     env = dict(os.environ, PYTHONPATH=os.getcwd())
     killed = tmp_path / "killed"
     proc = subprocess.Popen([sys.executable, "-c", RESUME_SCRIPT, str(killed)], env=env)
@@ -135,11 +125,8 @@ def test_resume_after_sigkill_matches_uninterrupted(tmp_path):
     proc.wait()
     assert not (killed / "summary.json").exists(), "the run finished before it could be killed"
     subprocess.run([sys.executable, "-c", RESUME_SCRIPT, str(killed)], env=env, check=True)
-    clean = tmp_path / "clean"
-    subprocess.run([sys.executable, "-c", RESUME_SCRIPT, str(clean)], env=env, check=True)
-    read = lambda d: [json.loads(l) for l in (d / "metrics.jsonl").read_text().splitlines()]
-    assert len(read(killed)) == 4
-    assert _stable(read(killed)) == _stable(read(clean))
+    assert len(read_metrics(killed)) == 4
+    assert stable(read_metrics(killed)) == stable(read_metrics(clean_resume_run))
     sk = json.loads((killed / "summary.json").read_text())
-    sc = json.loads((clean / "summary.json").read_text())
+    sc = json.loads((clean_resume_run / "summary.json").read_text())
     assert sk["eval_end"] == sc["eval_end"]
