@@ -1,0 +1,120 @@
+"""The two biases of GRPO that Dr. GRPO removes (Liu et al., 2025, Sec. 3.1), measured exactly.
+
+- question-level difficulty bias: the group std in the advantage, `advantage_check`;
+- response-level length bias: the 1/|o_i| normaliser, `token_weights` / `weight_check`;
+- incorrect answers growing longer during training (Sec. 3.2), `growth` / `growth_table`;
+- held-out length and accuracy before / after training, `eval_table`.
+Derivations live in notebook 06; docstrings name the formula they compute.
+"""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import torch
+
+from .config import LossConfig
+from .objectives import ADV_EPS, group_advantages, policy_loss
+
+
+# ---------------------------------------------------------------- question level: std scaling
+
+def hand_advantages(k: int, G: int, scale: str) -> tuple[float, float]:
+    """(A of a correct, A of an incorrect response) in a group of G with k correct, 0/1 rewards.
+
+    mean = p = k/G; unbiased std = sqrt(G/(G-1) p(1-p)); A = (r - p) / (std + 1e-4) for 'group',
+    A = r - p for 'none' (Dr. GRPO).
+    """
+    p = k / G
+    std = math.sqrt(G / (G - 1) * p * (1 - p))
+    div = std + ADV_EPS if scale == "group" else 1.0
+    return (1 - p) / div, -p / div
+
+
+def advantage_check(G: int, ks, scales=("group", "none")) -> pd.DataFrame:
+    """One row per (k correct of G, scale): hand-computed advantages, `group_advantages`' output, |error|."""
+    rows = []
+    for k in ks:
+        rewards = torch.tensor([1.0] * k + [0.0] * (G - k))  # (G,) one group
+        for scale in scales:
+            a = group_advantages(rewards, G, scale)  # (G,)
+            hand_c, hand_w = hand_advantages(k, G, scale)
+            err = max(abs(float(a[0]) - hand_c), abs(float(a[-1]) - hand_w))
+            rows.append({"correct": f"{k}/{G}", "scale": scale, "A correct (hand)": hand_c,
+                         "A correct": float(a[0]), "A incorrect (hand)": hand_w, "A incorrect": float(a[-1]),
+                         "abs err": err})
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------- response level: 1/|o_i|
+
+def token_weights(cfg: LossConfig, lengths, advantages) -> torch.Tensor:
+    """d loss / d log pi_theta(o_{i,t}) at pi_theta = pi_old, by autograd on `policy_loss`. Returns (B, T).
+
+    At ratio 1 the clip is inert and every token of response i gets the same weight:
+    -A_i / (B |o_i|) under GRPO's sample-level mean, -A_i / (B max_len) under Dr. GRPO.
+    Padding positions are 0.
+    """
+    lengths = torch.as_tensor(lengths)
+    B, T = len(lengths), int(lengths.max())
+    mask = (torch.arange(T) < lengths[:, None]).float()  # (B, T)
+    logps = torch.full((B, T), -1.0, dtype=torch.float64, requires_grad=True)  # (B, T)
+    adv = torch.as_tensor(advantages, dtype=torch.float64)  # (B,)
+    loss, _ = policy_loss(logps, logps.detach().clone(), adv, mask.double(), cfg)
+    loss.backward()
+    return logps.grad * mask  # (B, T)
+
+
+def hand_weight(cfg: LossConfig, length: int, advantage: float, B: int) -> float:
+    """The per-token weight of `token_weights` by formula (Dr. GRPO Sec. 3.1, Eq. 3 vs Eq. 4)."""
+    if cfg.aggregation == "seq_mean_token_mean":
+        return -advantage / (B * length)
+    if cfg.aggregation == "seq_mean_token_sum_norm":
+        return -advantage / (B * cfg.max_len)
+    raise ValueError(f"aggregation={cfg.aggregation!r} has no hand formula here")
+
+
+def weight_check(losses: dict, lengths, rewards, advantages: dict) -> pd.DataFrame:
+    """One row per (objective, response): A, per-token weight by autograd and by formula, |error|.
+
+    losses: name -> LossConfig; advantages: name -> (B,) advantages of that objective.
+    """
+    rows = []
+    for name, cfg in losses.items():
+        w = token_weights(cfg, lengths, advantages[name])  # (B, T)
+        for i, (n, r) in enumerate(zip(lengths, rewards)):
+            a = float(advantages[name][i])
+            hand = hand_weight(cfg, n, a, len(lengths))
+            rows.append({"objective": name, "response": "correct" if r > 0 else "incorrect", "|o_i|": n,
+                         "A": a, "weight": float(w[i, 0]), "weight (hand)": hand,
+                         "abs err": float((w[i, :n] - hand).abs().max())})
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------- training: incorrect answers growing
+
+def _window_mean(rows: list, key: str) -> float:
+    vals = [float(r[key]) for r in rows if r.get(key) is not None and not math.isnan(float(r[key]))]
+    return sum(vals) / len(vals) if vals else float("nan")
+
+
+def growth(metrics: list, key: str = "len/incorrect", frac: float = 0.2) -> float:
+    """mean(key over the last `frac` of steps) - mean(key over the first `frac`); None values skipped.
+
+    Each window holds max(1, round(frac * n_steps)) steps; nan when a window has no value.
+    """
+    k = max(1, round(frac * len(metrics)))
+    return _window_mean(metrics[-k:], key) - _window_mean(metrics[:k], key)
+
+
+def growth_table(metrics_by_run: dict, keys=("len/incorrect", "len/correct", "len/mean", "acc/mean"),
+                 frac: float = 0.2) -> pd.DataFrame:
+    """`growth` of each key (columns) for each run (rows)."""
+    return pd.DataFrame({k: {run: growth(m, k, frac) for run, m in metrics_by_run.items()} for k in keys})
+
+
+def eval_table(summaries: dict, keys=("acc/sample", "len/mean", "len/correct", "len/incorrect")) -> pd.DataFrame:
+    """Held-out metrics at the start and end of each run: rows run, columns (key, start|end)."""
+    rows = {run: {(k, when): s[f"eval_{when}"].get(k) for k in keys for when in ("start", "end")}
+            for run, s in summaries.items()}
+    return pd.DataFrame.from_dict(rows, orient="index").astype(float)
