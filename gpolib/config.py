@@ -114,6 +114,9 @@ class TrainConfig:
     """LoRA scaling alpha."""
     temperature: float = 1.0
     """sampling temperature of rollouts (log-probs are taken under the same temperature)."""
+    rollout_threads: int = 0
+    """torch CPU threads while sampling (0: unchanged). Decoding a tiny model is latency-bound, so one
+    thread can beat two; the training passes keep the process's setting."""
     top_p: float = 1.0
     """nucleus sampling mass."""
     max_new_tokens: int = 96
@@ -174,7 +177,8 @@ class TrainConfig:
         for name in ("prompts_per_step", "steps", "mu", "max_new_tokens", "max_gen_batches",
                      "eval_prompts", "eval_samples", "checkpoint_every", "micro_batch_rows"):
             _positive(name, getattr(self, name), 0, integer=True)
-        for name in ("warmup_steps", "lora_r", "lora_alpha", "overlong_cache", "eval_every", "seed"):
+        for name in ("warmup_steps", "lora_r", "lora_alpha", "overlong_cache", "eval_every", "seed",
+                     "rollout_threads"):
             _positive(name, getattr(self, name), 0, strict=False, integer=True)
         for name in ("lr", "max_grad_norm", "temperature"):
             _positive(name, getattr(self, name), 0)
@@ -221,7 +225,44 @@ class TrainConfig:
             raise ValueError(f"unknown TrainConfig field(s) {unknown}; allowed: {sorted(known)}")
         return cls(**d)
 
+    def identity(self) -> dict:
+        """The fields that differ from their defaults (LossConfig compared field by field).
+
+        Runs are identified by this, so a field added later with a default that keeps the old
+        behaviour does not orphan runs recorded before it existed.
+        """
+        return _non_default(self.to_dict(), TrainConfig)
+
     def fingerprint(self) -> str:
-        """Hash of every field: the run-cache key."""
-        blob = json.dumps(self.to_dict(), sort_keys=True).encode()
+        """Hash of the non-default fields: the run-cache key."""
+        blob = json.dumps(self.identity(), sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
+
+    @staticmethod
+    def same_run(recorded: dict, current: "TrainConfig") -> list:
+        """Fields where a recorded config dict (possibly older, with fewer fields) differs from `current`."""
+        return _diff(_non_default(recorded, TrainConfig), current.identity())
+
+
+def _defaults(cls) -> dict:
+    out = {}
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = dataclasses.asdict(f.default_factory())
+    return out
+
+
+def _non_default(d: dict, cls) -> dict:
+    base = _defaults(cls)
+    out = {k: v for k, v in d.items() if k != "loss" and v != base.get(k)}
+    loss = {k: v for k, v in d.get("loss", {}).items() if v != base["loss"].get(k)}
+    if loss:
+        out["loss"] = loss
+    return out
+
+
+def _diff(a: dict, b: dict) -> list:
+    keys = set(a) | set(b)
+    return sorted(k for k in keys if a.get(k) != b.get(k))

@@ -62,10 +62,8 @@ class RunDir:
         cfg_path = self.path / "config.json"
         if cfg_path.exists():
             old = json.loads(cfg_path.read_text())
-            if old.get("fingerprint") != self.cfg.fingerprint():
-                mine = self.cfg.to_dict()
-                diff = sorted(k for k in set(mine) | set(old.get("config", {}))
-                              if mine.get(k) != old.get("config", {}).get(k))
+            diff = TrainConfig.same_run(old.get("config", {}), self.cfg)
+            if diff:
                 raise ValueError(f"{self.path} holds a run of a different config (fields differ: {diff}); "
                                  "use another out_dir or delete it")
         else:

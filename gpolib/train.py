@@ -8,6 +8,7 @@ budgets scaled down (see presets.py and notebooks/params/).
 """
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from dataclasses import dataclass
@@ -86,8 +87,9 @@ class Trainer:
     def rollout(self, tasks: list, group_size: int, greedy: bool = False) -> Rollout:
         c = self.cfg
         self.model.eval()
-        return generate(self.model, self.tok, [t["prompt"] for t in tasks], group_size, c.max_new_tokens,
-                        c.temperature, c.top_p, c.backend, greedy=greedy)
+        with cpu_threads(c.rollout_threads if self.device == "cpu" else 0):
+            return generate(self.model, self.tok, [t["prompt"] for t in tasks], group_size, c.max_new_tokens,
+                            c.temperature, c.top_p, c.backend, greedy=greedy)
 
     def collect(self, step: int) -> Batch:
         """Generate until the batch is full (dynamic sampling) or one round (otherwise); score; filter."""
@@ -252,6 +254,18 @@ class Trainer:
         self.sched.load_state_dict(state["sched"])
         self.group_means = list(state["group_means"])
         torch.set_rng_state(state["rng"])
+
+
+@contextlib.contextmanager
+def cpu_threads(n: int):
+    """Run the block with n torch CPU threads (0: leave the setting alone)."""
+    before = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 class _null:

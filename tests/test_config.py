@@ -110,3 +110,13 @@ def test_every_field_has_a_docstring():
         line = next(l for l in src.splitlines() if l.strip().startswith(f"{f.name}:"))
         nxt = src.splitlines()[src.splitlines().index(line) + 1].strip()
         assert nxt.startswith('"""'), f.name
+
+
+def test_runs_recorded_before_a_new_field_still_match():
+    cfg = presets.get("dapo")
+    recorded = cfg.to_dict()
+    recorded.pop("rollout_threads")  # as written by a version without that field
+    assert TrainConfig.same_run(recorded, cfg) == []
+    assert TrainConfig.same_run(recorded, cfg.replace(seed=4)) == ["seed"]
+    assert TrainConfig.same_run(recorded, cfg.replace(loss_eps_high=0.2)) == ["loss"]
+    assert cfg.fingerprint() == presets.get("dapo").fingerprint() != presets.get("grpo").fingerprint()
