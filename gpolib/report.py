@@ -400,3 +400,40 @@ def build(profile: str = "full", root: Path | str | None = None) -> Path:
     (out / "claims.md").write_text(f"# Claims scoreboard ({profile} profile)\n{note}\n"
                                    + scoreboard_markdown(profile, root))
     return out / "claims.json"
+
+
+README_MARKERS = ("<!-- scoreboard:start -->", "<!-- scoreboard:end -->")
+README_FIGURES = ("01_grpo_curves.png", "02_ratio_vs_length.png")
+
+
+def readme_section(profile: str = "full", root: Path | str | None = None) -> str:
+    """Short scoreboard for the README: claims that have run, a count of the rest, two figures."""
+    rows = collect(profile, root)
+    done = [r for r in rows if r["verdict"] != NOT_RUN]
+    lines = ["| id | claim | paper | ours | verdict |", "|---|---|---|---|---|"]
+    lines += ["| " + " | ".join(_cell(c) for c in (r["id"], r["claim"], r["paper"], r["ours"], f"**{r['verdict']}**"))
+              + " |" for r in done]
+    waiting = [r["id"] for r in rows if r["verdict"] == NOT_RUN]
+    text = "\n".join(lines) + "\n"
+    if waiting:
+        text += f"\nNot yet run: {', '.join(waiting)} (their notebooks come next). Full table: `reports/claims.md`.\n"
+    figs = paths.figures_dir(profile, root)
+    for name in README_FIGURES:
+        if (figs / name).exists():
+            text += f"\n![{name}]({(figs / name).relative_to(paths.repo_root() if root is None else Path(root))})\n"
+    return text
+
+
+def update_readme(profile: str = "full", root: Path | str | None = None) -> bool:
+    """Replace the README's scoreboard section (between the markers); False if it has none."""
+    readme = (paths.repo_root() if root is None else Path(root)) / "README.md"
+    if not readme.exists():
+        return False
+    text = readme.read_text()
+    start, end = README_MARKERS
+    if start not in text or end not in text:
+        return False
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    readme.write_text(f"{head}{start}\n{readme_section(profile, root)}{end}{tail}")
+    return True

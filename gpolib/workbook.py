@@ -252,6 +252,8 @@ def reproduce(profile: str = "full", only: list[str] | None = None, force: bool 
           f"of {len(jobs)} notebooks in {time.time() - start:.0f} s", flush=True)
     if build_report:
         print(f"scoreboard: {report.build(profile, root=root)}", flush=True)
+        if profile == "full" and report.update_readme(profile, root=root):
+            print("README scoreboard updated", flush=True)
     return ran
 
 
