@@ -141,38 +141,51 @@ class Trainer:
                                 ro.completion_ids[rows].to(self.device), ro.completion_mask[rows].to(self.device),
                                 self.cfg.temperature, chunk_rows=chunk_rows, with_entropy=with_entropy, bucket=bucket)
 
-    def old_logps(self, batch: Batch):
-        """pi_old per token (B, T): engine sampling log-probs, a recompute, or None (mu = 1: reuse current)."""
+    def old_logps(self, batch: Batch, rows=None):
+        """pi_old per token (B, T) and recorded MoE routing.
+
+        'engine': the sampling log-probs. 'trainer': a no-grad recompute, only of `rows` (the rows that
+        are trained after the policy has moved; others stay 0), or None when nothing needs it (mu = 1).
+        """
         c = self.cfg
         if c.old_logps == "engine":
             return batch.rollout.sample_logps.to(self.device), None
-        if c.mu == 1 and not c.routing_replay:
+        replay = c.routing_replay and moe.is_moe(self.model)
+        if not replay and (rows is None or len(rows) == 0):
             return None, None
         experts: list = []
         self.model.eval()
         with torch.inference_mode():
-            if c.routing_replay and moe.is_moe(self.model):
+            if replay:  # every row: the recorded routing is replayed in every update
                 with moe.record_routing(self.model, experts):
                     lp = self.logps(batch.rollout, chunk_rows=c.micro_batch_rows, bucket=False)
-                experts = moe.stack_by_layer(experts, len(moe.routers(self.model)))
-            else:
-                lp = self.logps(batch.rollout, chunk_rows=c.micro_batch_rows)
-        return lp.clone(), experts
+                return lp.clone(), moe.stack_by_layer(experts, len(moe.routers(self.model)))
+            part = self.logps(batch.rollout, rows, chunk_rows=c.micro_batch_rows)
+        full = torch.zeros(batch.rollout.completion_ids.shape, device=part.device)
+        full[rows] = part
+        return full, None
 
     def update(self, batch: Batch, step: int) -> dict:
-        """mu optimiser steps on disjoint minibatches of the rollout; returns mean diagnostics."""
+        """mu optimiser steps on disjoint minibatches of the rollout; returns mean diagnostics.
+
+        The first minibatch is trained before the policy moves, so its pi_old is the detached current
+        policy; pi_old is recomputed only for the active rows of the later minibatches.
+        """
         c = self.cfg
         B = len(batch.correct)
         if B == 0 or not bool((batch.advantages != 0).any()):
             return {"update/skipped": 1}
-        old_all, experts = self.old_logps(batch)
         gen = torch.Generator().manual_seed(c.seed * 7919 + step)
+        minibatches = [mb.sort().values for mb in torch.randperm(B, generator=gen).chunk(c.mu)]
         # rows with A = 0 add nothing but a denominator share when beta = 0: skip their passes, rescale
         active = batch.advantages != 0 if c.loss.beta == 0 else torch.ones(B, dtype=torch.bool)
+        later = torch.cat(minibatches[1:]) if len(minibatches) > 1 else torch.zeros(0, dtype=torch.long)
+        old_all, experts = self.old_logps(batch, later[active[later]].sort().values)
         stats: dict = {}
         self.model.train()
-        for mb in torch.randperm(B, generator=gen).chunk(c.mu):
-            info = self._minibatch_step(batch, mb.sort().values, active, old_all, experts, step)
+        for i, mb in enumerate(minibatches):
+            old = None if (i == 0 and c.old_logps == "trainer" and not experts) else old_all
+            info = self._minibatch_step(batch, mb, active, old, experts, step)
             for k, v in info.items():
                 stats.setdefault(k, []).append(v)
         return {k: _nanmean(x for x in v if x is not None) for k, v in stats.items()}
