@@ -19,7 +19,7 @@ ADV_SCALES = ("group", "batch", "none")
 OVERLONG_MODES = ("none", "shaping", "filter")
 GFPO_METRICS = ("length", "efficiency")
 OLD_LOGP_SOURCES = ("trainer", "engine")
-BACKENDS = ("hf", "vllm")
+BACKENDS = ("hf", "hf_generate", "vllm")
 DEVICES = ("cpu", "cuda", "auto")
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -142,7 +142,8 @@ class TrainConfig:
     routing_replay: bool = False
     """MoE only (GSPO Sec. 5.3): replay the rollout's expert choices in the training forward passes."""
     backend: str = "hf"
-    """rollout engine: 'hf' (transformers generate) or 'vllm' (optional extra, GPU)."""
+    """rollout engine: 'hf' (transformers forward + KV cache, finished rows dropped), 'hf_generate'
+    (transformers generate), or 'vllm' (optional extra, GPU)."""
     device: str = "cpu"
     """'cpu', 'cuda' or 'auto'."""
     dtype: str = "float32"

@@ -7,6 +7,7 @@ import torch
 
 from gpolib.rollout import completion_masks, concat, generate
 from gpolib.logprobs import completion_logps
+from gpolib.tasks import load_tasks
 
 MODEL = "data/models/tiny-qwen3"
 
@@ -38,6 +39,24 @@ def test_sampling_logps_match_trainer_recompute(policy):
         assert torch.allclose(lp, ro.sample_logps, atol=1e-4), (lp - ro.sample_logps).abs().max()
         assert bool((ro.sample_logps <= 0).all())
         assert ro.lengths.max().item() == ro.completion_ids.shape[1]
+
+
+def test_compacting_sampler_equals_generate_when_greedy(policy):
+    model, tok = policy
+    prompts = [t["prompt"] for t in load_tasks("data/tasks/heldout.jsonl")[:24]]
+    ours = generate(model, tok, prompts, 1, 96, greedy=True, backend="hf")
+    ref = generate(model, tok, prompts, 1, 96, greedy=True, backend="hf_generate")
+    assert ours.texts == ref.texts
+    assert torch.equal(ours.completion_mask, ref.completion_mask)
+    assert torch.allclose(ours.sample_logps, ref.sample_logps, atol=1e-4)
+
+
+def test_top_p_filter_keeps_the_nucleus():
+    from gpolib.sampler import _top_p_filter
+    logp = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    kept = torch.isfinite(_top_p_filter(logp, 0.7))
+    assert kept.tolist() == [[True, True, False, False]]  # 0.5 < 0.7 <= 0.8
+    assert torch.isfinite(_top_p_filter(logp, 1.0)).all()
 
 
 def test_select_and_concat_round_trip(policy):
