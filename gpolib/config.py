@@ -22,6 +22,7 @@ OLD_LOGP_SOURCES = ("trainer", "engine")
 BACKENDS = ("hf", "hf_generate", "vllm")
 DEVICES = ("cpu", "cuda", "auto")
 DTYPES = ("float32", "bfloat16", "float16")
+PROMPT_STYLES = ("auto", "raw", "chat")
 
 
 def _fail(name: str, value: Any, allowed: str) -> None:
@@ -86,6 +87,9 @@ class TrainConfig:
     """training prompts (jsonl with 'prompt' and 'answer')."""
     task_eval: str = "data/tasks/heldout.jsonl"
     """held-out prompts for evaluation."""
+    prompt_style: str = "auto"
+    """'raw' task prompt, 'chat' (instruction in the tokenizer's chat template), or 'auto' (chat when
+    the tokenizer has a template: hub instruct models; raw for the embedded models)."""
     loss: LossConfig = field(default_factory=LossConfig)
     """the policy objective, see LossConfig."""
     adv_scale: str = "group"
@@ -172,6 +176,7 @@ class TrainConfig:
         _choice("backend", self.backend, BACKENDS)
         _choice("device", self.device, DEVICES)
         _choice("dtype", self.dtype, DTYPES)
+        _choice("prompt_style", self.prompt_style, PROMPT_STYLES)
         for name in ("dynamic_sampling", "gfpo_adaptive", "routing_replay"):
             if not isinstance(getattr(self, name), bool):
                 _fail(name, getattr(self, name), "True | False")

@@ -196,3 +196,25 @@ def load_tasks(path: str | Path) -> list[dict]:
 
 def default_task_path(split: str = "train") -> Path:
     return repo_root() / "data" / "tasks" / f"{split}.jsonl"
+
+
+INSTRUCTION = ("Evaluate the chain strictly from left to right (no operator precedence). Write one line per "
+               "step like `7-3=4`, then a last line `A=<integer>` with the result and nothing after it.\n\n")
+"""what a chat model is told; the embedded models learned the format and see the raw prompt"""
+
+
+def render_prompt(tokenizer, prompt: str, style: str = "auto") -> str:
+    """The text fed to the model: the raw task prompt, or the instruction + prompt in the chat template.
+
+    'auto' uses the chat form when the tokenizer has a chat template (hub instruct models) and the
+    raw prompt otherwise (the embedded character-level models).
+    """
+    if style not in ("auto", "raw", "chat"):
+        raise ValueError(f"prompt_style={style!r} is invalid; allowed: 'auto' | 'raw' | 'chat'")
+    has_template = bool(getattr(tokenizer, "chat_template", None))
+    if style == "raw" or (style == "auto" and not has_template):
+        return prompt
+    if not has_template:
+        raise ValueError("prompt_style='chat' needs a tokenizer with a chat template")
+    messages = [{"role": "user", "content": INSTRUCTION + prompt.rstrip("\n")}]
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)

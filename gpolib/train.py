@@ -25,6 +25,7 @@ from .objectives import group_advantages, policy_loss, subset_scale
 from .rewards import correctness_reward, overlong_filter_mask, soft_overlong_penalty
 from .rollout import Rollout, concat, generate
 from .rundir import RunDir
+from .tasks import render_prompt
 from . import moe
 
 
@@ -88,7 +89,8 @@ class Trainer:
         c = self.cfg
         self.model.eval()
         with cpu_threads(c.rollout_threads if self.device == "cpu" else 0):
-            return generate(self.model, self.tok, [t["prompt"] for t in tasks], group_size, c.max_new_tokens,
+            prompts = [render_prompt(self.tok, t["prompt"], c.prompt_style) for t in tasks]
+            return generate(self.model, self.tok, prompts, group_size, c.max_new_tokens,
                             c.temperature, c.top_p, c.backend, greedy=greedy)
 
     def collect(self, step: int) -> Batch:

@@ -106,3 +106,17 @@ def test_tokenizer_round_trips_task_strings():
         assert len(ids) == len(s) and tok.unk_token_id not in ids
         assert tok.decode(ids, skip_special_tokens=True) == s
         assert tok.decode(ids + [tok.eos_token_id, tok.pad_token_id], skip_special_tokens=True) == s
+
+
+def test_render_prompt_raw_for_embedded_and_chat_with_a_template():
+    from gpolib.models import load_policy
+    from gpolib.tasks import INSTRUCTION, render_prompt
+    _, tok = load_policy("data/models/tiny-qwen3", lora_r=0)
+    assert render_prompt(tok, "7-3=?\n") == "7-3=?\n"  # no chat template: raw
+    with pytest.raises(ValueError, match="chat template"):
+        render_prompt(tok, "7-3=?\n", "chat")
+    with pytest.raises(ValueError, match="prompt_style"):
+        render_prompt(tok, "7-3=?\n", "fancy")
+    tok.chat_template = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}<assistant>"
+    assert render_prompt(tok, "7-3=?\n") == f"<user>{INSTRUCTION}7-3=?<assistant>"
+    assert render_prompt(tok, "7-3=?\n", "raw") == "7-3=?\n"
