@@ -1,0 +1,77 @@
+"""GSPO identities (Eq. 7, 13-14) and the Sec. 5.2 run summaries, on hand-made numbers."""
+import math
+
+import pytest
+import torch
+
+from gpolib import LossConfig, presets
+from gpolib import gspo_checks as gc
+
+GSPO = presets.get("gspo").loss
+WIDE = LossConfig("sequence", 0.2, 0.28, "seq_mean_token_mean")
+
+
+def test_sequence_ratio_direct_hand_numbers():
+    # token ratios 2 and 0.5: product 1 -> s = 1; only the first token -> s = 2; ratios 4, 1 -> s = 2
+    logps = torch.log(torch.tensor([[0.5, 0.2], [0.5, 0.2], [0.8, 0.3]], dtype=torch.float64))
+    old = torch.log(torch.tensor([[0.25, 0.4], [0.25, 0.4], [0.2, 0.3]], dtype=torch.float64))
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0], [1.0, 1.0]], dtype=torch.float64)
+    s = gc.sequence_ratio_direct(logps, old, mask)
+    assert s.tolist() == pytest.approx([1.0, 2.0, 2.0], abs=1e-12)
+    assert gc.seq_ratio_err(logps, old, mask) < 1e-12
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_seq_ratio_matches_geometric_mean(seed):
+    b = gc.random_batch(seed=seed)
+    assert gc.seq_ratio_err(b["logps"], b["old_logps"], b["mask"]) < 1e-12
+
+
+@pytest.mark.parametrize("cfg,scale", [(GSPO, 1e-3), (WIDE, 0.3)])
+def test_gspo_token_equals_gspo(cfg, scale):
+    b = gc.random_batch(scale=scale, seed=3)
+    value_err, grad_err = gc.token_equivalence(b, cfg)
+    assert value_err < 1e-12 and grad_err < 1e-12
+    _, grad = gc.loss_and_grad(b, LossConfig("sequence_token", cfg.eps_low, cfg.eps_high, cfg.aggregation))
+    assert float(grad.abs().max()) > 1e-3  # the identity is not 0 = 0
+
+
+def test_one_token_gspo_equals_grpo_but_not_for_longer_responses():
+    b = gc.random_batch(scale=0.3, seed=4)
+    assert max(gc.one_token_err(b, WIDE)) < 1e-12
+    tok = LossConfig("token", 0.2, 0.28, "seq_mean_token_mean")
+    assert gc.loss_diff(b, WIDE, tok)[1] > 1e-4
+
+
+def test_clipped_rows_counts_sequences_outside_the_range():
+    b = gc.random_batch(scale=0.3, seed=0)
+    assert gc.clipped_rows(b, GSPO) == 6  # eps 3e-4: every sequence ratio is outside
+    tiny = {**b, "logps": b["old_logps"].clone()}  # ratio exactly 1
+    assert gc.clipped_rows(tiny, GSPO) == 0
+
+
+def test_random_batch_shapes_and_lengths():
+    b = gc.random_batch(B=4, T=5, seed=1)
+    assert b["logps"].shape == (4, 5) and b["advantages"].shape == (4,)
+    assert b["logps"].dtype == torch.float64
+    assert float(b["mask"][0].sum()) == 5.0 and float(b["mask"].sum(dim=1).min()) >= 1
+
+
+def test_clip_share_and_final_mean():
+    m = [{"clip/frac": v, "reward/mean": r} for v, r in
+         zip((0.1, 0.2, None, 0.3, 0.4, 0.5, 0.0, 0.1, 0.2, 0.3), (0, 0, 0, 0, 0, 0, 0, 0, 0.5, 1.0))]
+    assert gc.clip_share(m) == pytest.approx(2.1 / 9)  # None skipped
+    assert gc.final_mean(m) == pytest.approx(0.75)  # last 2 of 10 steps
+    assert gc.final_mean(m[:3], frac=0.2) == pytest.approx(0.0)  # at least one step
+    assert math.isnan(gc.clip_share([{"clip/frac": None}]))
+
+
+def test_run_table_columns():
+    runs = {"gspo/seed0": [{"clip/frac": 0.2, "clip/low": 0.15, "clip/high": 0.05, "reward/mean": 0.4,
+                            "acc/mean": 0.5}],
+            "grpo/seed0": [{"clip/frac": 0.002, "clip/low": 0.001, "clip/high": 0.001, "reward/mean": 0.3,
+                            "acc/mean": 0.25}]}
+    t = gc.run_table(runs)
+    assert t.loc["gspo/seed0", "clip/frac"] == pytest.approx(0.2)
+    assert t.loc["grpo/seed0", "acc (last 20%)"] == pytest.approx(0.25)
+    assert t.loc["gspo/seed0", "reward (last 20%)"] == pytest.approx(0.4)
