@@ -200,7 +200,7 @@ class Trainer:
         infos = []
         # longest rows together: each micro-batch is trimmed to its own length
         order = rows[torch.argsort(batch.rollout.lengths[rows], stable=True)] if not experts else rows
-        for micro in order.split(c.micro_batch_rows):
+        for micro in order.split(c.micro_batch_rows) if len(order) else ():
             micro = micro.sort().values
             info = self._micro_backward(batch, micro, len(mb_all), n_tok_all, old_all, experts, step)
             infos.append((float(batch.loss_mask[micro].sum()), info))

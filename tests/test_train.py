@@ -153,3 +153,15 @@ def test_partial_old_logps_equal_a_full_recompute(tiny_cfg):
         pytest.skip("no informative group in this tiny batch")
     for key in ("loss", "clip_frac", "ratio_log_std", "grad_norm"):
         assert results[0][key] == pytest.approx(results[1][key], rel=1e-4, abs=1e-7), key
+
+
+def test_minibatch_without_active_rows_is_a_zero_gradient_step(tiny_cfg):
+    """mu = 4 on 16 rows where one minibatch holds only zero-advantage rows must not crash."""
+    tr = Trainer(tiny_cfg("grpo", mu=4, steps=1))
+    torch.manual_seed(0)
+    batch = tr.collect(0)
+    batch.advantages = torch.zeros_like(batch.advantages)
+    batch.advantages[0] = 1.0  # a single active row: three of four minibatches are empty of it
+    out = tr.update(batch, 0)
+    assert out["grad_norm"] is not None and math.isfinite(out["grad_norm"])
+    assert tr.sched.last_epoch == 4  # four optimiser steps, one per minibatch
