@@ -236,7 +236,9 @@ class TrainConfig:
         """The fields that differ from their defaults (LossConfig compared field by field).
 
         Runs are identified by this, so a field added later with a default that keeps the old
-        behaviour does not orphan runs recorded before it existed.
+        behaviour does not orphan runs recorded before it existed. The other side of that choice:
+        changing a default does not invalidate runs cached under the old default; delete the run
+        directory (or pass the old value explicitly) after changing one.
         """
         return _non_default(self.to_dict(), TrainConfig)
 
