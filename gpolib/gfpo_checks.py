@@ -8,7 +8,6 @@ Derivations live in notebook 05; docstrings name the formula they compute.
 """
 from __future__ import annotations
 
-import math
 import statistics
 
 import pandas as pd
@@ -70,7 +69,3 @@ def variant_table(summaries: dict, baseline: str = "grpo") -> pd.DataFrame:
                      "reduction": length_reduction(length, l_grpo), "ELR": elr(l_grpo, length, l_sft)}
     return pd.DataFrame.from_dict(rows, orient="index").astype(float)
 
-
-def is_nan(x: float) -> bool:
-    """True for float nan (used to print ELR as 'n/a')."""
-    return isinstance(x, float) and math.isnan(x)
