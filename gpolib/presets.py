@@ -48,7 +48,7 @@ def _dr_grpo(base: TrainConfig) -> TrainConfig:
 _BUILDERS = {"grpo": _grpo, "dapo": _dapo, "gspo": _gspo, "gfpo": _gfpo, "dr_grpo": _dr_grpo}
 
 
-def get(name: str, **overrides) -> TrainConfig:
+def get(name: str, /, **overrides) -> TrainConfig:
     """The TrainConfig of a paper's recipe, with optional field overrides (`loss_<field>` for LossConfig)."""
     if name not in _BUILDERS:
         raise ValueError(f"preset={name!r} is invalid; allowed: {' | '.join(PRESETS)}")
