@@ -129,7 +129,8 @@ def kl_check(vocab: int = 12, n: int = 100_000, seed: int = 0, scale: float = 0.
 @torch.no_grad()
 def _current_logps(trainer, ro) -> torch.Tensor:
     trainer.model.eval()
-    return trainer.logps(ro).cpu()  # (B, T)
+    with torch.no_grad():
+        return trainer.logps(ro).cpu()  # (B, T)
 
 
 def ratio_step(trainer, step: int) -> pd.DataFrame:

@@ -44,9 +44,8 @@ def completion_logps(model, prompt_ids, prompt_mask, completion_ids, completion_
     B, T = completion_ids.shape
     c_len = completion_mask.sum(dim=1)  # (B,)
     order = torch.argsort(c_len, stable=True) if bucket else torch.arange(B, device=c_len.device)
-    logps = torch.zeros(B, T, device=completion_ids.device)
-    ent = torch.zeros(B, T, device=completion_ids.device) if with_entropy else None
-    pieces = []
+    pad = lambda x: torch.nn.functional.pad(x, (0, T - x.shape[1]))  # (b, t) -> (b, T)
+    lps, ents = [], []
     for s in range(0, B, chunk_rows):
         rows = order[s:s + chunk_rows]
         t = int(c_len[rows].max()) if bucket else T
@@ -54,11 +53,11 @@ def completion_logps(model, prompt_ids, prompt_mask, completion_ids, completion_
         p0 = prompt_ids.shape[1] - int(p_keep)  # left padding shared by every row of the chunk
         lp, en = _chunk_logps(model, prompt_ids[rows, p0:], prompt_mask[rows, p0:], completion_ids[rows, :t],
                               completion_mask[rows, :t], temperature, with_entropy)
-        pieces.append((rows, t, lp, en))
-    # scatter back (index_put keeps autograd)
-    for rows, t, lp, en in pieces:
-        logps = logps.index_put((rows.unsqueeze(1), torch.arange(t, device=rows.device).unsqueeze(0)), lp)
-        if with_entropy:
-            ent[rows, :t] = en
-    logps = logps * completion_mask
-    return (logps, ent * completion_mask) if with_entropy else logps
+        lps.append(pad(lp))
+        ents.append(pad(en) if with_entropy else None)
+    back = torch.argsort(order)  # chunk order -> original row order
+    logps = torch.cat(lps)[back] * completion_mask
+    if not with_entropy:
+        return logps
+    ent = torch.cat(ents)[back]
+    return logps, ent * completion_mask

@@ -14,6 +14,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Qwen3Config, Qwen3MoeConfig
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
+from gpolib import moe
 from gpolib.paths import repo_root, resolve
 
 EMBEDDED = {"dense": "data/models/tiny-qwen3", "moe": "data/models/tiny-qwen3-moe"}
@@ -109,26 +110,16 @@ def load_policy(name_or_path: str, lora_r: int = 16, lora_alpha: int = 32, devic
     return model, tokenizer
 
 
-def _routers(model) -> list[torch.nn.Module]:
-    """The top-k router of every sparse MoE layer, in layer order."""
-    return [m for name, m in model.named_modules() if name.endswith("mlp.gate") and hasattr(m, "top_k")]
-
-
 @torch.no_grad()
 def router_topk(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
     """Selected expert ids, (n_layers, B, T, top_k) long, recorded by hooks on each `mlp.gate`.
 
     Works on plain and peft-wrapped models; padded positions are included (mask them yourself).
     """
-    routers = _routers(model)
-    if not routers:
+    if not moe.is_moe(model):
         raise ValueError("model has no MoE router (no `mlp.gate` with `top_k`)")
     picked: list[torch.Tensor] = []
-    hooks = [r.register_forward_hook(lambda _m, _i, out: picked.append(out[2].detach())) for r in routers]
-    try:
+    with moe.record_routing(model, picked):
         model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
-    finally:
-        for h in hooks:
-            h.remove()
     B, T = input_ids.shape
     return torch.stack([p.reshape(B, T, -1) for p in picked]).long()  # (L, B, T, k)

@@ -218,7 +218,7 @@ class Trainer:
     def _micro_backward(self, batch: Batch, rows, n_rows_all: int, n_tok_all: float, old_all, experts, step: int):
         """Forward + backward of one micro-batch; its loss is scaled to its share of the minibatch loss."""
         c, ro = self.cfg, batch.rollout
-        replay = moe.replay_routing(self.model, _rows_of(experts, rows, len(batch.correct))) if experts else _null()
+        replay = moe.replay_routing(self.model, _rows_of(experts, rows, len(batch.correct))) if experts else contextlib.nullcontext()
         with replay:
             lp, ent = self.logps(ro, rows, with_entropy=True, chunk_rows=len(rows), bucket=not experts)
         old = lp.detach() if old_all is None else old_all[rows]
@@ -249,10 +249,8 @@ class Trainer:
         correct, _ = self.score(ro, self.eval_tasks)
         greedy = self.rollout(self.eval_tasks, 1, greedy=True)
         g_correct, _ = self.score(greedy, self.eval_tasks)
-        lengths = ro.lengths.float()
         return {"step": step, "acc/sample": float(correct.mean()), "acc/greedy": float(g_correct.mean()),
-                "len/mean": float(lengths.mean()), "len/correct": _nanmean(lengths[correct > 0].tolist()),
-                "len/incorrect": _nanmean(lengths[correct == 0].tolist()), "trunc/frac": float(ro.truncated.float().mean())}
+                **length_stats(ro, correct)}
 
     # -- checkpoint state -----------------------------------------------------------
     def state_dict(self) -> dict:
@@ -281,14 +279,6 @@ def cpu_threads(n: int):
         yield
     finally:
         torch.set_num_threads(before)
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False
 
 
 def _rows_of(experts: list, rows: torch.Tensor, B: int) -> list:
@@ -323,13 +313,18 @@ def clip_probs(logps, old, adv, mask, eps_high: float) -> dict:
             "pi_old_mean": float(p_old[mask.bool()].mean())}
 
 
+def length_stats(ro: Rollout, correct) -> dict:
+    """Mean length overall / of correct / of incorrect responses (None when there are none), truncation share."""
+    lengths = ro.lengths.float()
+    return {"len/mean": float(lengths.mean()), "len/correct": _nanmean(lengths[correct > 0].tolist()),
+            "len/incorrect": _nanmean(lengths[correct == 0].tolist()), "trunc/frac": float(ro.truncated.float().mean())}
+
+
 def response_stats(ro: Rollout, correct, rewards, G: int) -> dict:
     """Per-step sampling statistics of a fresh rollout (before any filtering)."""
-    lengths = ro.lengths.float()
     per_group = correct.view(-1, G).sum(1)  # (n_groups,)
     return {"reward/mean": float(rewards.mean()), "reward/std": float(rewards.std()), "acc/mean": float(correct.mean()),
-            "len/mean": float(lengths.mean()), "len/correct": _nanmean(lengths[correct > 0].tolist()),
-            "len/incorrect": _nanmean(lengths[correct == 0].tolist()), "trunc/frac": float(ro.truncated.float().mean()),
+            **length_stats(ro, correct),
             "groups/all_correct": float((per_group == G).float().mean()),
             "groups/all_wrong": float((per_group == 0).float().mean()),
             "groups/zero_var": float((rewards.view(-1, G).std(1) == 0).float().mean()),
