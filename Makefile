@@ -3,6 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PROFILE ?= full
 STAMP := $(VENV)/.installed-stamp
+TEST_STAMP := $(VENV)/.test-deps-stamp
 
 .PHONY: install reproduce smoke test bench models clean-runs
 
@@ -16,13 +17,20 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# What the tests need beyond the package: TRL (pinned extra; torch pinned in the same command so it is
+# never upgraded) and verl's core algorithms without verl's dependencies (scale/requirements-verl-cpu.txt).
+$(TEST_STAMP): $(STAMP) scale/requirements-verl-cpu.txt
+	$(PY) -m pip install -q -e ".[trl]" torch==2.13.0
+	$(PY) -m pip install -q --no-deps -r scale/requirements-verl-cpu.txt
+	touch $(TEST_STAMP)
+
 reproduce: $(STAMP)
 	$(PY) -m gpolib reproduce --profile $(PROFILE)
 
 smoke: $(STAMP)
 	$(PY) -m gpolib reproduce --profile smoke
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest -q tests notebooks --nbval-lax --sanitize-with notebooks/sanitize.cfg
 
 bench: $(STAMP)
