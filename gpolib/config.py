@@ -16,6 +16,7 @@ from typing import Any, Optional
 RATIO_LEVELS = ("token", "sequence", "sequence_token")
 AGGREGATIONS = ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm")
 ADV_SCALES = ("group", "batch", "none")
+ADVANTAGE_ESTIMATORS = ("group", "gae")
 OVERLONG_MODES = ("none", "shaping", "filter")
 GFPO_METRICS = ("length", "efficiency")
 OLD_LOGP_SOURCES = ("trainer", "engine")
@@ -94,6 +95,25 @@ class TrainConfig:
     """the policy objective, see LossConfig."""
     adv_scale: str = "group"
     """advantage normalisation: 'group' (GRPO: (r - mean_g) / (std_g + 1e-4)), 'batch', 'none' (Dr. GRPO)."""
+    advantage_estimator: str = "group"
+    """'group': one advantage per response from its group's rewards (GRPO family, see adv_scale); 'gae':
+    one per token from a value model (GAE, Schulman et al. 2016 Eq. 16; PPO and VAPO, gpolib.value)."""
+    gamma: float = 1.0
+    """GAE discount gamma; 1.0: no discount (one terminal reward per response)."""
+    lambda_policy: float = 0.95
+    """GAE lambda of the policy's advantages (PPO Table 3: 0.95)."""
+    lambda_critic: Optional[float] = None
+    """GAE lambda of the value target; None: lambda_policy (PPO); 1.0: Monte-Carlo return (VAPO Decoupled-GAE)."""
+    lambda_alpha: Optional[float] = None
+    """VAPO length-adaptive GAE: lambda_policy = 1 - 1 / (alpha |y|) per response (VAPO: 0.05); None: off."""
+    value_lr_scale: float = 1.0
+    """AdamW learning rate of the value model (its LoRA adapter and head), as a multiple of lr."""
+    value_pretrain_steps: int = 0
+    """VAPO Value-Pretraining: rollouts of the base policy that fit the value model before RL starts."""
+    value_clip: Optional[float] = None
+    """range of the clipped value loss (PPO reference code: 0.2); None: plain squared error."""
+    positive_lm_weight: float = 0.0
+    """mu: weight of VAPO's positive-example LM loss (NLL of correct responses) added to the policy loss."""
     group_size: int = 8
     """G: responses sampled per prompt."""
     prompts_per_step: int = 16
@@ -205,6 +225,7 @@ class TrainConfig:
             _fail("gfpo_adaptive", True, "False unless gfpo_k is set")
         if self.loss.aggregation == "seq_mean_token_sum_norm" and self.loss.max_len != self.max_new_tokens:
             _fail("loss.max_len", self.loss.max_len, f"max_new_tokens = {self.max_new_tokens} (Dr. GRPO normaliser)")
+        _check_value_fields(self)
 
     # -- helpers ---------------------------------------------------------------
     def replace(self, **changes: Any) -> "TrainConfig":
@@ -275,3 +296,34 @@ def _non_default(d: dict, cls) -> dict:
 def _diff(a: dict, b: dict) -> list:
     keys = set(a) | set(b)
     return sorted(k for k in keys if a.get(k) != b.get(k))
+
+
+GAE_ONLY = ("gamma", "lambda_policy", "lambda_critic", "lambda_alpha", "value_lr_scale", "value_pretrain_steps",
+            "value_clip")
+
+
+def _check_value_fields(cfg: "TrainConfig") -> None:
+    """The advantage estimator and the value-model fields (PPO / VAPO)."""
+    _choice("advantage_estimator", cfg.advantage_estimator, ADVANTAGE_ESTIMATORS)
+    for name in ("gamma", "lambda_policy") + (("lambda_critic",) if cfg.lambda_critic is not None else ()):
+        _positive(name, getattr(cfg, name), 0, strict=False)
+        if getattr(cfg, name) > 1:
+            _fail(name, getattr(cfg, name), "0 <= x <= 1")
+    for name in ("lambda_alpha", "value_clip"):
+        if getattr(cfg, name) is not None:
+            _positive(name, getattr(cfg, name), 0)
+    _positive("value_lr_scale", cfg.value_lr_scale, 0)
+    _positive("value_pretrain_steps", cfg.value_pretrain_steps, 0, strict=False, integer=True)
+    _positive("positive_lm_weight", cfg.positive_lm_weight, 0, strict=False)
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    if cfg.advantage_estimator != "gae":
+        for name in GAE_ONLY:
+            if getattr(cfg, name) != defaults[name]:
+                _fail(name, getattr(cfg, name), f"{defaults[name]!r} unless advantage_estimator='gae'")
+        return
+    if cfg.lora_r == 0:
+        _fail("lora_r", 0, "> 0 with advantage_estimator='gae' (the value model is a LoRA adapter on the base)")
+    if cfg.gfpo_k is not None:
+        _fail("gfpo_k", cfg.gfpo_k, "None with advantage_estimator='gae' (GFPO filters group advantages)")
+    if cfg.adv_scale != "group":
+        _fail("adv_scale", cfg.adv_scale, "'group' (unused) with advantage_estimator='gae'")
