@@ -22,7 +22,7 @@ import copy
 import torch
 
 from .logprobs import position_ids
-from .objectives import gae, terminal_rewards
+from .objectives import decoupled_gae, length_adaptive_lambda, terminal_rewards
 
 ADAPTER = "value"
 
@@ -168,16 +168,31 @@ class ValueModel:
         self.opt.load_state_dict(state["opt"])
 
 
-# --- targets, one step, pre-training ----------------------------------------------
-def value_step(vm: ValueModel, ro, scores, gamma: float, lam_critic: float, minibatches: list,
+# --- advantages and targets, one step, pre-training ------------------------------------
+def token_advantages(vm: ValueModel, ro, rewards, gamma: float, lam_policy: float, lam_critic=None,
+                     alpha=None, chunk_rows: int = 64) -> tuple:
+    """Per-token policy advantages and value targets of one scored rollout, both (B, T), by decoupled GAE.
+
+    rewards (B,) sit on each response's last token. lam_policy, or VAPO's 1 - 1/(alpha |y|) per response
+    when alpha is set (Length-Adaptive GAE); lam_critic None: the policy's lambda (PPO), 1.0: VAPO.
+    Also returns V_old (B, T) and the value metrics of the rollout before the value model is updated.
+    """
+    mask = ro.completion_mask.float()  # (B, T)
+    old = vm.predict(ro, chunk_rows)  # (B, T)
+    lam_p = length_adaptive_lambda(ro.lengths, alpha) if alpha is not None else lam_policy
+    lam_c = lam_p if lam_critic is None else lam_critic
+    adv, targets = decoupled_gae(terminal_rewards(rewards, mask), old, mask, gamma, lam_p, lam_c)
+    loss, _ = value_loss(old, targets, mask)
+    stats = {"value_loss": loss.item(), "value_explained_var": explained_variance(old, targets, mask),
+             "value_mean": float((old * mask).sum() / mask.sum().clamp(min=1))}
+    return adv, targets, old, stats
+
+
+def value_step(vm: ValueModel, ro, rewards, gamma: float, lam_critic: float, minibatches: list,
                clip=None, micro_rows: int = 64) -> dict:
     """Fit V to the GAE(lam_critic) targets of one scored rollout; the metrics use the values before the step."""
-    mask = ro.completion_mask.float()
-    old = vm.predict(ro, micro_rows)  # (B, T)
-    _, targets = gae(terminal_rewards(scores, mask), old, mask, gamma, lam_critic)  # (B, T)
-    loss, _ = value_loss(old, targets, mask)
-    info = vm.update(ro, targets, old, minibatches, clip, micro_rows)
-    return {"value_loss": loss.item(), "value_explained_var": explained_variance(old, targets, mask), **info}
+    _, targets, old, stats = token_advantages(vm, ro, rewards, gamma, lam_critic, lam_critic, None, micro_rows)
+    return {**stats, **vm.update(ro, targets, old, minibatches, clip, micro_rows)}
 
 
 def pretrain(vm: ValueModel, sample, steps: int, gamma: float = 1.0, micro_rows: int = 64) -> list:

@@ -4,8 +4,9 @@ import torch
 
 from gpolib.models import EMBEDDED, load_policy
 from gpolib.rollout import Rollout
+from gpolib.objectives import gae, length_adaptive_lambda
 from gpolib.value import (ValueModel, cost_arithmetic, explained_variance, positive_lm_loss, pretrain,
-                          value_loss, value_step)
+                          token_advantages, value_loss, value_step)
 
 
 # --- pure losses --------------------------------------------------------------------
@@ -126,6 +127,29 @@ def test_value_model_fits_a_fixed_target(policy):
                                                         / ro.completion_mask.sum()))  # V = 0 at the start
     assert log[-1]["value_loss"] < 0.1 * log[0]["value_loss"]
     assert log[-1]["value_explained_var"] > 0.8
+
+
+def test_token_advantages_vapo_and_ppo(policy):
+    """VAPO: lambda_policy = 1 - 1/(0.05 |y|) per response, value target = the final reward at every token;
+    PPO (lam_critic None): target = A^0.95 + V_old. Checked against gae() on the model's own V_old."""
+    ro = _rollout(T=7)
+    vm = ValueModel(policy, lr=1e-2)
+    torch.nn.init.normal_(vm.head.weight, std=0.1)
+    rewards = torch.tensor([1.0, 0, 1, 0, 0.5, 1])
+    adv, target, old, stats = token_advantages(vm, ro, rewards, 1.0, 0.95, lam_critic=1.0, alpha=0.05)
+    mask = ro.completion_mask
+    torch.testing.assert_close(target, rewards.unsqueeze(1) * mask)  # Monte-Carlo return
+    torch.testing.assert_close(old, vm.predict(ro))
+    r_tok = torch.zeros(6, 7)
+    r_tok[torch.arange(6), mask.sum(1) - 1] = rewards
+    lam = 1 - 1 / (0.05 * mask.sum(1).float())  # lengths 1..7 -> negative: clamped to 0 (one-step TD)
+    torch.testing.assert_close(length_adaptive_lambda(mask.sum(1), 0.05), lam.clamp(0, 1))
+    torch.testing.assert_close(adv, gae(r_tok, old, mask, 1.0, lam.clamp(0, 1))[0])
+    assert stats["value_loss"] == pytest.approx(value_loss(old, target, mask)[0].item())
+    adv_p, target_p, _, _ = token_advantages(vm, ro, rewards, 1.0, 0.95)
+    ref_adv, ref_ret = gae(r_tok, old, mask, 1.0, 0.95)
+    torch.testing.assert_close(adv_p, ref_adv)
+    torch.testing.assert_close(target_p, ref_ret)
 
 
 def test_value_state_roundtrip(policy):
