@@ -1,9 +1,11 @@
 """Configuration dataclasses, validated on construction.
 
-`LossConfig` holds the three axes of the GRPO-family objective (ratio level,
-clipping, aggregation) plus the KL weight. `TrainConfig` holds everything the
-rollout/train loop needs. A bad value raises `ValueError` naming the field and
-the allowed values, before any compute happens.
+`LossConfig` holds the three axes of the GRPO-family objective (ratio level, clipping, aggregation)
+plus the KL weight; `TrainConfig` everything the rollout/train loop needs. Both are built with keywords
+only. A bad value raises `ValueError` naming the field and the allowed values, before any compute
+(the checks and the allowed values are in `gpolib.validation`).
+A derived value is never stored where it could disagree with its source: DAPO's L_cache may be a share
+of the budget (`overlong_cache_len`), and `replace` keeps Dr. GRPO's `loss.max_len` = `max_new_tokens`.
 """
 from __future__ import annotations
 
@@ -13,37 +15,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-RATIO_LEVELS = ("token", "sequence", "sequence_token")
-AGGREGATIONS = ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm")
-ADV_SCALES = ("group", "batch", "none")
-ADVANTAGE_ESTIMATORS = ("group", "gae")
-OVERLONG_MODES = ("none", "shaping", "filter")
-GFPO_METRICS = ("length", "efficiency")
-OLD_LOGP_SOURCES = ("trainer", "engine")
-BACKENDS = ("hf", "hf_generate", "vllm")
-DEVICES = ("cpu", "cuda", "auto")
-DTYPES = ("float32", "bfloat16", "float16")
-PROMPT_STYLES = ("auto", "raw", "chat")
+from .validation import check_fields, check_loss, check_relations, check_value_fields, fail
 
 
-def _fail(name: str, value: Any, allowed: str) -> None:
-    raise ValueError(f"{name}={value!r} is invalid; allowed: {allowed}")
-
-
-def _choice(name: str, value: Any, options: tuple) -> None:
-    if value not in options:
-        _fail(name, value, " | ".join(repr(o) for o in options))
-
-
-def _positive(name: str, value: Any, minimum: float = 0, strict: bool = True, integer: bool = False) -> None:
-    kind = int if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kind):
-        _fail(name, value, f"{'an int' if integer else 'a number'} {'>' if strict else '>='} {minimum}")
-    if (value <= minimum) if strict else (value < minimum):
-        _fail(name, value, f"{'>' if strict else '>='} {minimum}")
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LossConfig:
     """The policy objective: ratio level x clipping x aggregation (+ optional KL)."""
 
@@ -63,20 +38,9 @@ class LossConfig:
     """weight of the k3 KL penalty to the reference policy (DeepSeekMath Eq. 3-4); 0 disables it."""
 
     def __post_init__(self) -> None:
-        _choice("ratio_level", self.ratio_level, RATIO_LEVELS)
-        _choice("aggregation", self.aggregation, AGGREGATIONS)
-        _positive("eps_low", self.eps_low, 0, strict=False)
-        _positive("eps_high", self.eps_high, 0, strict=False)
-        if self.eps_low >= 1:
-            _fail("eps_low", self.eps_low, "0 <= eps_low < 1 (1 - eps_low must stay positive)")
-        _positive("beta", self.beta, 0, strict=False)
-        if self.aggregation == "seq_mean_token_sum_norm" and self.max_len is None:
-            _fail("max_len", None, "a positive int when aggregation='seq_mean_token_sum_norm'")
-        if self.max_len is not None:
-            _positive("max_len", self.max_len, 0, integer=True)
+        check_loss(self)
 
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TrainConfig:
     """One RL run: model, rollout, reward shaping, group filters, objective, optimiser."""
 
@@ -149,8 +113,9 @@ class TrainConfig:
     overlong: str = "none"
     """'none', 'shaping' (DAPO Eq. 13 soft overlong punishment), 'filter' (DAPO overlong filtering:
     truncated responses are masked out of the loss)."""
-    overlong_cache: int = 16
-    """L_cache of DAPO Eq. 13: the penalty ramps over the last overlong_cache tokens of the budget."""
+    overlong_cache: int | float = 16
+    """L_cache of DAPO Eq. 13: the penalty ramps over the last L_cache tokens of the budget; an int is
+    tokens, a float in (0, 1) a share of max_new_tokens (DAPO: 4096 of 20480 = 0.2), see overlong_cache_len."""
     dynamic_sampling: bool = False
     """DAPO Sec. 3.2: keep only groups with 0 < #correct < G and re-sample until the batch is full."""
     max_gen_batches: int = 3
@@ -166,8 +131,8 @@ class TrainConfig:
     routing_replay: bool = False
     """MoE only (GSPO Sec. 5.3): replay the rollout's expert choices in the training forward passes."""
     backend: str = "hf"
-    """rollout engine: 'hf' (transformers forward + KV cache, finished rows dropped), 'hf_generate'
-    (transformers generate), or 'vllm' (optional extra, GPU)."""
+    """rollout engine: 'hf' (transformers forward + KV cache, finished rows dropped) or 'hf_generate'
+    (transformers generate). 'vllm' exists in gpolib.rollout but is not wired into the loop yet."""
     device: str = "cpu"
     """'cpu', 'cuda' or 'auto'."""
     dtype: str = "float32"
@@ -185,58 +150,32 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         if not isinstance(self.loss, LossConfig):
-            _fail("loss", self.loss, "a LossConfig")
-        for name in ("name", "model", "task_train", "task_eval"):
-            if not isinstance(getattr(self, name), str) or not getattr(self, name):
-                _fail(name, getattr(self, name), "a non-empty string")
-        _choice("adv_scale", self.adv_scale, ADV_SCALES)
-        _choice("overlong", self.overlong, OVERLONG_MODES)
-        _choice("gfpo_metric", self.gfpo_metric, GFPO_METRICS)
-        _choice("old_logps", self.old_logps, OLD_LOGP_SOURCES)
-        _choice("backend", self.backend, BACKENDS)
-        _choice("device", self.device, DEVICES)
-        _choice("dtype", self.dtype, DTYPES)
-        _choice("prompt_style", self.prompt_style, PROMPT_STYLES)
-        for name in ("dynamic_sampling", "gfpo_adaptive", "routing_replay"):
-            if not isinstance(getattr(self, name), bool):
-                _fail(name, getattr(self, name), "True | False")
-        _positive("group_size", self.group_size, 1, integer=True)
-        for name in ("prompts_per_step", "steps", "mu", "max_new_tokens", "max_gen_batches",
-                     "eval_prompts", "eval_samples", "checkpoint_every", "micro_batch_rows"):
-            _positive(name, getattr(self, name), 0, integer=True)
-        for name in ("warmup_steps", "lora_r", "lora_alpha", "overlong_cache", "eval_every", "seed",
-                     "rollout_threads"):
-            _positive(name, getattr(self, name), 0, strict=False, integer=True)
-        for name in ("lr", "max_grad_norm", "temperature"):
-            _positive(name, getattr(self, name), 0)
-        _positive("weight_decay", self.weight_decay, 0, strict=False)
-        _positive("top_p", self.top_p, 0)
-        if self.top_p > 1:
-            _fail("top_p", self.top_p, "0 < top_p <= 1")
-        if self.mu > self.prompts_per_step * self.group_size:
-            _fail("mu", self.mu, f"<= prompts_per_step * group_size = {self.prompts_per_step * self.group_size}")
-        if self.overlong_cache >= self.max_new_tokens:
-            _fail("overlong_cache", self.overlong_cache, f"< max_new_tokens = {self.max_new_tokens}")
-        if self.gfpo_k is not None:
-            _positive("gfpo_k", self.gfpo_k, 0, integer=True)
-            if not 2 <= self.gfpo_k <= self.group_size:
-                _fail("gfpo_k", self.gfpo_k, f"2 <= gfpo_k <= group_size = {self.group_size}")
-        if self.gfpo_adaptive and self.gfpo_k is None:
-            _fail("gfpo_adaptive", True, "False unless gfpo_k is set")
-        if self.loss.aggregation == "seq_mean_token_sum_norm" and self.loss.max_len != self.max_new_tokens:
-            _fail("loss.max_len", self.loss.max_len, f"max_new_tokens = {self.max_new_tokens} (Dr. GRPO normaliser)")
-        _check_value_fields(self)
+            fail("loss", self.loss, "a LossConfig")
+        check_fields(self)
+        check_relations(self)
+        check_value_fields(self)
 
-    # -- helpers ---------------------------------------------------------------
+    # -- derived values and copies ------------------------------------------------
+    @property
+    def overlong_cache_len(self) -> int:
+        """L_cache in tokens: `overlong_cache` itself, or its share of max_new_tokens (at least 1)."""
+        if isinstance(self.overlong_cache, float):
+            return max(1, round(self.overlong_cache * self.max_new_tokens))
+        return self.overlong_cache
+
     def replace(self, **changes: Any) -> "TrainConfig":
-        """A copy with fields changed; `loss_<field>` keys change the LossConfig."""
+        """A copy with fields changed; `loss_<field>` keys change the LossConfig.
+
+        Under Dr. GRPO's aggregation the normaliser `loss.max_len` is the generation budget: it follows
+        `max_new_tokens` unless `loss_max_len` (or a whole `loss`) is given.
+        """
         loss_changes = {k[5:]: changes.pop(k) for k in list(changes) if k.startswith("loss_")}
+        aggregation = loss_changes.get("aggregation", self.loss.aggregation)
+        if aggregation == "seq_mean_token_sum_norm" and "loss" not in changes and "max_len" not in loss_changes:
+            loss_changes["max_len"] = changes.get("max_new_tokens", self.max_new_tokens)
         if loss_changes:
             changes["loss"] = dataclasses.replace(self.loss, **loss_changes)
-        unknown = [k for k in changes if k not in {f.name for f in dataclasses.fields(self)}]
-        if unknown:
-            raise ValueError(f"unknown TrainConfig field(s) {unknown}; allowed: "
-                             f"{sorted(f.name for f in dataclasses.fields(self))} or loss_<LossConfig field>")
+        _known(changes, " or loss_<LossConfig field>")
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict:
@@ -247,10 +186,7 @@ class TrainConfig:
         d = dict(d)
         if isinstance(d.get("loss"), dict):
             d["loss"] = LossConfig(**d["loss"])
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown TrainConfig field(s) {unknown}; allowed: {sorted(known)}")
+        _known(d)
         return cls(**d)
 
     def identity(self) -> dict:
@@ -271,7 +207,16 @@ class TrainConfig:
     @staticmethod
     def same_run(recorded: dict, current: "TrainConfig") -> list:
         """Fields where a recorded config dict (possibly older, with fewer fields) differs from `current`."""
-        return _diff(_non_default(recorded, TrainConfig), current.identity())
+        a, b = _non_default(recorded, TrainConfig), current.identity()
+        return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+
+
+def _known(changes: dict, more: str = "") -> None:
+    """Raise naming the keys that are not TrainConfig fields."""
+    known = [f.name for f in dataclasses.fields(TrainConfig)]
+    unknown = sorted(set(changes) - set(known))
+    if unknown:
+        raise ValueError(f"unknown TrainConfig field(s) {unknown}; allowed: {sorted(known)}{more}")
 
 
 def _defaults(cls) -> dict:
@@ -293,37 +238,3 @@ def _non_default(d: dict, cls) -> dict:
     return out
 
 
-def _diff(a: dict, b: dict) -> list:
-    keys = set(a) | set(b)
-    return sorted(k for k in keys if a.get(k) != b.get(k))
-
-
-GAE_ONLY = ("gamma", "lambda_policy", "lambda_critic", "lambda_alpha", "value_lr_scale", "value_pretrain_steps",
-            "value_clip")
-
-
-def _check_value_fields(cfg: "TrainConfig") -> None:
-    """The advantage estimator and the value-model fields (PPO / VAPO)."""
-    _choice("advantage_estimator", cfg.advantage_estimator, ADVANTAGE_ESTIMATORS)
-    for name in ("gamma", "lambda_policy") + (("lambda_critic",) if cfg.lambda_critic is not None else ()):
-        _positive(name, getattr(cfg, name), 0, strict=False)
-        if getattr(cfg, name) > 1:
-            _fail(name, getattr(cfg, name), "0 <= x <= 1")
-    for name in ("lambda_alpha", "value_clip"):
-        if getattr(cfg, name) is not None:
-            _positive(name, getattr(cfg, name), 0)
-    _positive("value_lr_scale", cfg.value_lr_scale, 0)
-    _positive("value_pretrain_steps", cfg.value_pretrain_steps, 0, strict=False, integer=True)
-    _positive("positive_lm_weight", cfg.positive_lm_weight, 0, strict=False)
-    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
-    if cfg.advantage_estimator != "gae":
-        for name in GAE_ONLY:
-            if getattr(cfg, name) != defaults[name]:
-                _fail(name, getattr(cfg, name), f"{defaults[name]!r} unless advantage_estimator='gae'")
-        return
-    if cfg.lora_r == 0:
-        _fail("lora_r", 0, "> 0 with advantage_estimator='gae' (the value model is a LoRA adapter on the base)")
-    if cfg.gfpo_k is not None:
-        _fail("gfpo_k", cfg.gfpo_k, "None with advantage_estimator='gae' (GFPO filters group advantages)")
-    if cfg.adv_scale != "group":
-        _fail("adv_scale", cfg.adv_scale, "'group' (unused) with advantage_estimator='gae'")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 
+from .objectives import ADV_EPS, check_scale
 
 
 def informative_groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
@@ -51,24 +52,27 @@ def gfpo_keep(rewards: torch.Tensor, lengths: torch.Tensor, group_size: int, k, 
 def gfpo_advantages(rewards: torch.Tensor, keep: torch.Tensor, group_size: int, scale: str = "group") -> torch.Tensor:
     """GFPO Eq. 3: advantages standardised over the retained set S_i only; 0 for filtered responses. (N,).
 
-    A_j = (r_j - mean(r_S)) / (std(r_S) + 1e-4) if j in S, else 0.
+    Like `objectives.group_advantages` restricted to S (scale 'group' | 'batch' | 'none').
     """
+    check_scale(scale)
     r = rewards.float().view(-1, group_size)  # (n_groups, G)
     m = keep.view(-1, group_size).float()  # (n_groups, G)
     n = m.sum(dim=1, keepdim=True)  # (n_groups, 1)
     if bool((n < 2).any()):
         raise ValueError("GFPO needs at least 2 retained responses per group")
-    mean = (r * m).sum(dim=1, keepdim=True) / n
-    centred = (r - mean) * m
+    # mean(r_S)
+    mean = (r * m).sum(dim=1, keepdim=True) / n  # (n_groups, 1)
+    # r_j - mean(r_S) for j in S, 0 otherwise
+    centred = (r - mean) * m  # (n_groups, G)
     if scale == "group":
-        std = torch.sqrt((centred ** 2).sum(dim=1, keepdim=True) / (n - 1))  # unbiased, over S
-        centred = centred / (std + 1e-4)
+        # A_j = (r_j - mean(r_S)) / (std(r_S) + eps), std unbiased over S
+        std = torch.sqrt((centred ** 2).sum(dim=1, keepdim=True) / (n - 1))  # (n_groups, 1)
+        centred = centred / (std + ADV_EPS)
     elif scale == "batch":
+        # A_j = (r_j - mean(r_S)) / (std of every retained reward of the batch + eps)
         kept = rewards.float()[keep.bool()]
-        centred = centred / (kept.std() + 1e-4)
-    elif scale != "none":
-        raise ValueError(f"scale={scale!r} is invalid; allowed: 'group' | 'batch' | 'none'")
-    return centred.reshape(-1)
+        centred = centred / (kept.std() + ADV_EPS)
+    return centred.reshape(-1)  # (N,)
 
 
 def adaptive_k(group_mean_rewards: torch.Tensor, k_easy: int, group_size: int,

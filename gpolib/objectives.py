@@ -4,110 +4,117 @@ Three independent axes, composed by `policy_loss` from a `LossConfig`:
   1. the importance ratio: per token (GRPO, DAPO) or per sequence (GSPO);
   2. the clipped surrogate with decoupled ranges (PPO; DAPO Clip-Higher);
   3. the aggregation of token terms into one loss (GRPO, DAPO, Dr. GRPO).
-Shapes: B responses, T completion positions; `mask` is 1 on real completion tokens.
+Shapes: B responses, T completion positions; `mask` is 1 on real completion tokens. Each equation
+sits in a comment right above the line that computes it; derivations live in the notebooks.
 """
 from __future__ import annotations
 
 import torch
 
 from .config import LossConfig
+from .metrics import Mean, Share
+from .validation import ADV_SCALES
 
 ADV_EPS = 1e-4
+"""added to the std in the advantage's denominator (DeepSeekMath Eq. 3 as implemented in practice)"""
 
 
 # --- advantages --------------------------------------------------------------
+def check_scale(scale: str) -> None:
+    """Raise unless `scale` is an advantage normalisation: 'group' | 'batch' | 'none'."""
+    if scale not in ADV_SCALES:
+        raise ValueError(f"scale={scale!r} is invalid; allowed: {' | '.join(map(repr, ADV_SCALES))}")
+
+
 def group_advantages(rewards: torch.Tensor, group_size: int, scale: str = "group") -> torch.Tensor:
     """Group-relative advantages, DeepSeekMath Eq. 3 (outcome supervision) / Dr. GRPO Sec. 3.2.
 
-    A_i = (r_i - mean(r_group)) / (std(r_group) + 1e-4) for scale='group' (std unbiased);
-    scale='batch' divides by the std of the whole batch; scale='none' keeps r_i - mean (Dr. GRPO).
-    rewards: (N,), consecutive blocks of `group_size` form one group. Returns (N,).
+    scale='group' divides by the group's std (unbiased), 'batch' by the whole batch's, 'none' keeps
+    r_i - mean (Dr. GRPO). rewards: (N,), consecutive blocks of `group_size` form one group. Returns (N,).
     """
     if rewards.dim() != 1 or rewards.numel() % group_size != 0:
         raise ValueError(f"rewards must be 1-D with a multiple of group_size={group_size} entries, "
                          f"got shape {tuple(rewards.shape)}")
-    if scale not in ("group", "batch", "none"):
-        raise ValueError(f"scale={scale!r} is invalid; allowed: 'group' | 'batch' | 'none'")
+    check_scale(scale)
     r = rewards.float().view(-1, group_size)  # (n_groups, G)
+    # r_i - mean(r_group)
     centred = r - r.mean(dim=1, keepdim=True)  # (n_groups, G)
     if scale == "group":
+        # A_i = (r_i - mean(r_group)) / (std(r_group) + eps)
         centred = centred / (r.std(dim=1, keepdim=True) + ADV_EPS)
     elif scale == "batch":
+        # A_i = (r_i - mean(r_group)) / (std(r_batch) + eps)
         centred = centred / (r.std() + ADV_EPS)
-    return centred.reshape(-1)
+    return centred.reshape(-1)  # (N,)
 
 
 # --- importance ratios -------------------------------------------------------
 def token_log_ratio(logps: torch.Tensor, old_logps: torch.Tensor) -> torch.Tensor:
-    """log r_{i,t} = log pi_theta(o_t) - log pi_old(o_t)  (GRPO Eq. 3, DAPO Eq. 8). (B, T)."""
+    """log r_{i,t}, GRPO Eq. 3 / DAPO Eq. 8. (B, T)."""
+    # log r_{i,t} = log pi_theta(o_t) - log pi_old(o_t)
     return logps - old_logps
 
 
 def sequence_log_ratio(logps: torch.Tensor, old_logps: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """log s_i = (1/|o_i|) sum_t log r_{i,t}: the GSPO sequence ratio, GSPO Eq. 7. Returns (B,)."""
-    lengths = mask.sum(dim=1).clamp(min=1)  # (B,)
+    """log s_i, the GSPO sequence ratio, GSPO Eq. 7. Returns (B,)."""
+    lengths = mask.sum(dim=1).clamp(min=1)  # (B,) |o_i|
+    # log s_i = (1 / |o_i|) sum_t log r_{i,t}
     return (token_log_ratio(logps, old_logps) * mask).sum(dim=1) / lengths
 
 
 def importance_ratio(logps: torch.Tensor, old_logps: torch.Tensor, mask: torch.Tensor, level: str) -> torch.Tensor:
-    """The ratio entering the clipped surrogate, per token (B, T).
-
-    'token':          r_{i,t} = exp(logp - old_logp)
-    'sequence':       s_i broadcast to every token of response i (GSPO Eq. 7)
-    'sequence_token': s_{i,t} = sg[s_i] * pi_theta(o_t) / sg[pi_theta(o_t)] (GSPO-token Eq. 13-14):
-                      numerically s_i, gradient that of log pi_theta(o_t) scaled by s_i.
-    """
+    """The ratio entering the clipped surrogate, per token (B, T), at level 'token' (GRPO), 'sequence'
+    (GSPO Eq. 7, s_i broadcast to every token of response i) or 'sequence_token' (GSPO-token Eq. 13-14:
+    numerically s_i, gradient that of log pi_theta(o_t) scaled by s_i)."""
     if level == "token":
+        # r_{i,t} = pi_theta(o_t) / pi_old(o_t)
         return torch.exp(token_log_ratio(logps, old_logps))
     log_s = sequence_log_ratio(logps, old_logps, mask).unsqueeze(1)  # (B, 1)
     if level == "sequence":
+        # s_i = exp(log s_i), the same for every token of response i
         return torch.exp(log_s).expand_as(logps)
     if level == "sequence_token":
+        # s_{i,t} = sg[s_i] * pi_theta(o_t) / sg[pi_theta(o_t)]
         return torch.exp(logps - logps.detach() + log_s.detach())
     raise ValueError(f"level={level!r} is invalid; allowed: 'token' | 'sequence' | 'sequence_token'")
 
 
 # --- clipping ----------------------------------------------------------------
 def clipped_surrogate(ratio: torch.Tensor, advantages: torch.Tensor, eps_low: float, eps_high: float) -> torch.Tensor:
-    """Per-token objective min(r A, clip(r, 1 - eps_low, 1 + eps_high) A), DAPO Eq. 8 (Clip-Higher).
+    """Per-token objective of DAPO Eq. 8 (PPO's clip with Clip-Higher's decoupled range), to be maximised.
 
-    ratio: (B, T); advantages: (B,) or (B, T). Returns (B, T) (to be maximised).
+    ratio: (B, T); advantages: (B,) or (B, T). Returns (B, T).
     """
     adv = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages  # (B, 1) or (B, T)
-    # unclipped and clipped terms, PPO style
+    # r A
     surr1 = ratio * adv
+    # clip(r, 1 - eps_low, 1 + eps_high) A
     surr2 = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * adv
+    # min(r A, clip(r, 1 - eps_low, 1 + eps_high) A)
     return torch.minimum(surr1, surr2)
 
 
-def clip_fractions(ratio: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
-                   eps_low: float, eps_high: float) -> dict:
-    """Share of masked tokens where the clip is active: low (r < 1-eps_low, A < 0), high (r > 1+eps_high, A > 0)."""
-    adv = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
-    n = mask.sum().clamp(min=1)
-    low = ((ratio < 1.0 - eps_low) & (adv < 0)).float()
-    high = ((ratio > 1.0 + eps_high) & (adv > 0)).float()
-    f_low = float((low * mask).sum() / n)
-    f_high = float((high * mask).sum() / n)
-    return {"clip_frac_low": f_low, "clip_frac_high": f_high, "clip_frac": f_low + f_high}
+def clip_masks(ratio: torch.Tensor, advantages: torch.Tensor, eps_low: float, eps_high: float) -> tuple:
+    """Where the clip is active: low (r < 1 - eps_low and A < 0), high (r > 1 + eps_high and A > 0). (B, T) each."""
+    adv = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages  # (B, 1) or (B, T)
+    return (ratio < 1.0 - eps_low) & (adv < 0), (ratio > 1.0 + eps_high) & (adv > 0)
 
 
 # --- aggregation -------------------------------------------------------------
 def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str, max_len: int | None = None) -> torch.Tensor:
-    """Reduce (B, T) token terms to a scalar.
-
-    'seq_mean_token_mean'     GRPO Eq. 3:  (1/B) sum_i (1/|o_i|) sum_t l_{i,t}   (sample-level)
-    'token_mean'              DAPO Eq. 8:  sum_{i,t} l_{i,t} / sum_i |o_i|       (token-level)
-    'seq_mean_token_sum_norm' Dr. GRPO:    sum_{i,t} l_{i,t} / (B * max_len)     (constant normaliser)
-    """
+    """Reduce (B, T) token terms l_{i,t} to a scalar: 'seq_mean_token_mean' (GRPO Eq. 3, sample-level),
+    'token_mean' (DAPO Eq. 8, token-level) or 'seq_mean_token_sum_norm' (Dr. GRPO, constant normaliser)."""
     masked = per_token * mask  # (B, T)
     if mode == "seq_mean_token_mean":
+        # (1/B) sum_i (1/|o_i|) sum_t l_{i,t}
         return (masked.sum(dim=1) / mask.sum(dim=1).clamp(min=1)).mean()
     if mode == "token_mean":
+        # sum_{i,t} l_{i,t} / sum_i |o_i|
         return masked.sum() / mask.sum().clamp(min=1)
     if mode == "seq_mean_token_sum_norm":
         if max_len is None:
             raise ValueError("max_len is required for aggregation='seq_mean_token_sum_norm'")
+        # sum_{i,t} l_{i,t} / (B * max_len)
         return masked.sum() / (per_token.shape[0] * max_len)
     raise ValueError(f"mode={mode!r} is invalid; allowed: 'seq_mean_token_mean' | 'token_mean' | "
                      "'seq_mean_token_sum_norm'")
@@ -127,48 +134,64 @@ def subset_scale(aggregation: str, rows: int, rows_total: int, tokens: int, toke
 
 # --- KL ----------------------------------------------------------------------
 def k3_kl(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
-    """Unbiased, non-negative KL estimator, DeepSeekMath Eq. 4 (Schulman's k3).
-
-    D_KL[pi || pi_ref] ~ pi_ref/pi - log(pi_ref/pi) - 1, per token (B, T).
-    """
+    """Unbiased, non-negative KL estimator D_KL[pi || pi_ref], DeepSeekMath Eq. 4 (Schulman's k3). (B, T)."""
     log_q_over_p = ref_logps - logps
+    # k3 = pi_ref / pi - log(pi_ref / pi) - 1
     return torch.exp(log_q_over_p) - log_q_over_p - 1.0
 
 
 def k1_kl(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
-    """Naive estimator log(pi/pi_ref): unbiased but can be negative, high variance. (B, T)."""
+    """Naive estimator: unbiased but can be negative, high variance. (B, T)."""
+    # k1 = log(pi / pi_ref)
     return logps - ref_logps
 
 
 # --- the composed loss -------------------------------------------------------
 def policy_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
                 cfg: LossConfig, ref_logps: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
-    """Loss to minimise and diagnostics; logps/old_logps/mask (B, T), advantages (B,).
+    """Loss to minimise and its diagnostics; logps/old_logps/mask (B, T), advantages (B,).
 
     J = aggregate( min(r A, clip(r, 1-eps_low, 1+eps_high) A) - beta * k3 );  loss = -J.
+    `info` maps metric names to additive `Mean`s over the masked tokens (see `ratio_diagnostics`;
+    with beta > 0 also `kl/mean`); the parts of a batch pool by `+`.
     """
     mask = mask.to(logps.dtype)
     old_logps = old_logps.detach()
-    # 1. ratio at the configured level
+    # 1. r at the configured level: r_{i,t}, s_i or s_{i,t}
     ratio = importance_ratio(logps, old_logps, mask, cfg.ratio_level)  # (B, T)
-    # 2. clipped surrogate per token
+    # 2. min(r A, clip(r, 1 - eps_low, 1 + eps_high) A)
     per_token = clipped_surrogate(ratio, advantages, cfg.eps_low, cfg.eps_high)  # (B, T)
-    info = clip_fractions(ratio.detach(), advantages, mask, cfg.eps_low, cfg.eps_high)
-    # 3. KL penalty to the reference, per token
+    info = ratio_diagnostics(ratio.detach(), logps.detach(), old_logps, advantages, mask, cfg)
+    # 3. minus beta * k3 to the reference
     if cfg.beta > 0:
         if ref_logps is None:
             raise ValueError("ref_logps are required when beta > 0")
         kl = k3_kl(logps, ref_logps.detach())  # (B, T)
         per_token = per_token - cfg.beta * kl
-        info["kl"] = float((kl.detach() * mask).sum() / mask.sum().clamp(min=1))
-    # 4. aggregate and negate
+        info["kl/mean"] = Mean.of(kl.detach(), mask)
+    # 4. loss = -J = -aggregate(per_token)
     loss = -aggregate(per_token, mask, cfg.aggregation, cfg.max_len)
-    log_r = token_log_ratio(logps.detach(), old_logps)
+    return loss, info
+
+
+def ratio_diagnostics(ratio: torch.Tensor, logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor,
+                      mask: torch.Tensor, cfg: LossConfig) -> dict:
+    """Clip shares at the configured ratio level and the spread of the ratio, over the masked tokens.
+
+    clip/low, clip/high, clip/frac: shares of tokens clipped below, above, either (`Share`s);
+    clip/high_pi_old: mean pi_old of the tokens clipped above (DAPO Sec. 3.1: mostly low-probability tokens);
+    pi_old/mean, ratio/mean; ratio/log_std: std of log r_{i,t} (token level whatever the ratio level).
+    """
+    low, high = clip_masks(ratio, advantages, cfg.eps_low, cfg.eps_high)  # (B, T) each
+    p_old = torch.exp(old_logps)  # (B, T)
+    log_r = token_log_ratio(logps, old_logps)  # (B, T)
     n = mask.sum().clamp(min=1)
     mean_lr = (log_r * mask).sum() / n
-    info["ratio_log_std"] = float(torch.sqrt(((log_r - mean_lr) ** 2 * mask).sum() / n))
-    info["ratio_mean"] = float((ratio.detach() * mask).sum() / n)
-    return loss, info
+    log_std = float(torch.sqrt(((log_r - mean_lr) ** 2 * mask).sum() / n))
+    return {"clip/low": Share.of(low, mask), "clip/high": Share.of(high, mask),
+            "clip/frac": Share.of(low | high, mask), "clip/high_pi_old": Mean.of(p_old, high * mask),
+            "pi_old/mean": Mean.of(p_old, mask), "ratio/mean": Mean.of(ratio, mask),
+            "ratio/log_std": Mean(log_std * float(mask.sum()), float(mask.sum()))}
 
 
 # --- GAE: token-level advantages from a value model (PPO / VAPO baselines) ---------

@@ -4,7 +4,8 @@ Backends share one interface, `generate(model, tokenizer, prompts, ...)`:
   "hf"          transformers model forward with a KV cache, left padding, finished rows dropped
                 from the batch (`sampler.py`; default, CPU and GPU; 40% faster than `generate` here);
   "hf_generate" transformers `generate` itself (reference; same greedy output, tested);
-  "vllm"        vLLM's `LLM.generate` (optional extra `pip install gpolib[vllm]`), see `vllm_backend.py`.
+  "vllm"        vLLM's `LLM.generate` (optional extra `pip install gpolib[vllm]`), see `vllm_backend.py`
+                (which returns tensors; this module makes the Rollout, so neither imports the other's types).
 Sampling log-probabilities are those of the sampled tokens under softmax(logits / temperature), the
 distribution the trainer also uses; with top_p < 1 the nucleus truncation is not renormalised into them.
 """
@@ -140,9 +141,8 @@ def merged_lora(model):
                 m.get_base_layer().weight.copy_(w)  # exact, no floating-point drift
 
 
-def _prompts(tokenizer, prompts: list, group_size: int, model) -> tuple:
+def _prompts(tokenizer, prompts: list, group_size: int, device) -> tuple:
     """Left-padded prompt ids and mask, each prompt repeated group_size times. (B, P) each."""
-    device = next(model.parameters()).device
     p_ids, p_mask = tokenize_prompts(tokenizer, prompts, device)  # (n, P)
     return p_ids.repeat_interleave(group_size, dim=0), p_mask.repeat_interleave(group_size, dim=0)
 
@@ -151,7 +151,7 @@ def _prompts(tokenizer, prompts: list, group_size: int, model) -> tuple:
 def hf_generate(model, tokenizer, prompts: list, group_size: int, max_new_tokens: int,
                 temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False) -> Rollout:
     """Sample `group_size` completions for each prompt with transformers `generate`."""
-    p_ids, p_mask = _prompts(tokenizer, prompts, group_size, model)  # (B, P)
+    p_ids, p_mask = _prompts(tokenizer, prompts, group_size, next(model.parameters()).device)  # (B, P)
     recorder = _SampledLogprobRecorder(1.0 if greedy else temperature, p_ids.shape[1])
     sampling = dict(do_sample=False) if greedy else dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)
     with merged_lora(model):
@@ -159,7 +159,7 @@ def hf_generate(model, tokenizer, prompts: list, group_size: int, max_new_tokens
                               pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
                               logits_processor=[recorder], **sampling)  # (B, P + T)
     c_ids = seqs[:, p_ids.shape[1]:]  # (B, T)
-    return _to_rollout(tokenizer, prompts, group_size, p_ids, p_mask, c_ids, recorder.finish(seqs))
+    return to_rollout(tokenizer, prompts, group_size, p_ids, p_mask, c_ids, recorder.finish(seqs))
 
 
 def hf_sample(model, tokenizer, prompts: list, group_size: int, max_new_tokens: int,
@@ -167,15 +167,16 @@ def hf_sample(model, tokenizer, prompts: list, group_size: int, max_new_tokens: 
     """Sample `group_size` completions per prompt with the compacting KV-cache loop of `sampler.py`."""
     from .sampler import sample
 
-    p_ids, p_mask = _prompts(tokenizer, prompts, group_size, model)  # (B, P)
+    p_ids, p_mask = _prompts(tokenizer, prompts, group_size, next(model.parameters()).device)  # (B, P)
     with merged_lora(model):
         c_ids, logps = sample(model, p_ids, p_mask, max_new_tokens, tokenizer.eos_token_id,
                               tokenizer.pad_token_id, temperature, top_p, greedy)  # (B, T) each
-    return _to_rollout(tokenizer, prompts, group_size, p_ids, p_mask, c_ids, logps)
+    return to_rollout(tokenizer, prompts, group_size, p_ids, p_mask, c_ids, logps)
 
 
-def _to_rollout(tokenizer, prompts, group_size, p_ids, p_mask, c_ids, logps) -> Rollout:
-    """Masks, truncation flags and texts from sampled ids; padding after EOS."""
+def to_rollout(tokenizer, prompts, group_size, p_ids, p_mask, c_ids, logps) -> Rollout:
+    """A Rollout from prompt ids/mask (B, P) and sampled ids / log-probs (B, T): masks, truncation flags,
+    texts; padding after EOS."""
     mask, truncated = completion_masks(c_ids, tokenizer.eos_token_id)
     c_ids = torch.where(mask.bool(), c_ids, torch.full_like(c_ids, tokenizer.pad_token_id))
     texts = tokenizer.batch_decode(c_ids, skip_special_tokens=True)
@@ -192,6 +193,10 @@ def generate(model, tokenizer, prompts: list, group_size: int, max_new_tokens: i
     if backend == "hf_generate":
         return hf_generate(model, tokenizer, prompts, group_size, max_new_tokens, temperature, top_p, greedy)
     if backend == "vllm":
-        from .vllm_backend import vllm_generate
-        return vllm_generate(engine, tokenizer, prompts, group_size, max_new_tokens, temperature, top_p, greedy)
+        from .vllm_backend import vllm_sample
+
+        c_ids, logps = vllm_sample(engine, prompts, group_size, max_new_tokens, temperature, top_p, greedy,
+                                   tokenizer.pad_token_id)  # (B, T) each
+        p_ids, p_mask = _prompts(tokenizer, prompts, group_size, "cpu")  # (B, P)
+        return to_rollout(tokenizer, prompts, group_size, p_ids, p_mask, c_ids, logps)
     raise ValueError(f"backend={backend!r} is invalid; allowed: 'hf' | 'hf_generate' | 'vllm'")

@@ -1,7 +1,10 @@
 """vLLM rollout backend (optional extra: `pip install "gpolib[vllm]"`, needs a CUDA GPU).
 
 It cannot run on the embedded CPU default; it is exercised here only through its error path and
-through `to_rollout`, the conversion of vLLM's `RequestOutput` objects, on a recorded fixture.
+through `completions`, the conversion of vLLM's `RequestOutput` objects, on a recorded fixture.
+It returns tensors only; `gpolib.rollout.generate(..., backend="vllm", engine=...)` makes the `Rollout`
+(so this module imports nothing of gpolib). The training loop does not create an engine yet, so
+`TrainConfig(backend="vllm")` is rejected.
 On a GPU: `engine = make_engine(model_name)` once, then each step the current LoRA adapter is saved
 to a folder and passed as a `LoRARequest`, so the engine samples from the policy being trained.
 Log-probabilities: the engine is built with `logprobs_mode="processed_logprobs"`, i.e. after
@@ -10,8 +13,6 @@ temperature scaling, the same distribution the trainer uses for pi_theta.
 from __future__ import annotations
 
 import torch
-
-from .rollout import Rollout, completion_masks
 
 INSTALL_HINT = 'backend="vllm" needs the optional extra: pip install "gpolib[vllm]" (CUDA GPU required)'
 
@@ -33,9 +34,10 @@ def make_engine(model: str, max_lora_rank: int = 16, gpu_memory_utilization: flo
                gpu_memory_utilization=gpu_memory_utilization, logprobs_mode="processed_logprobs")
 
 
-def to_rollout(outputs, tokenizer, prompts: list, group_size: int, max_new_tokens: int) -> Rollout:
-    """Convert vLLM RequestOutputs (one per prompt, `group_size` CompletionOutputs each) to a Rollout."""
-    rows, logps, texts = [], [], []
+def completions(outputs, group_size: int, max_new_tokens: int, pad_id: int) -> tuple:
+    """vLLM RequestOutputs (one per prompt, `group_size` CompletionOutputs each) -> completion ids (B, T)
+    right-padded with `pad_id`, and the sampling log-probs of those tokens (B, T), 0 on padding."""
+    rows, logps = [], []
     for req in outputs:
         if len(req.outputs) != group_size:
             raise ValueError(f"expected {group_size} completions per prompt, got {len(req.outputs)}")
@@ -44,24 +46,21 @@ def to_rollout(outputs, tokenizer, prompts: list, group_size: int, max_new_token
             rows.append(torch.tensor(ids, dtype=torch.long))
             # comp.logprobs: one dict per position, {token_id: Logprob(logprob=...)}
             logps.append(torch.tensor([pos[tok].logprob for pos, tok in zip(comp.logprobs, ids)]))
-            texts.append(comp.text)
     T = max(len(r) for r in rows)
-    c_ids = torch.full((len(rows), T), tokenizer.pad_token_id, dtype=torch.long)
+    c_ids = torch.full((len(rows), T), pad_id, dtype=torch.long)
     c_logps = torch.zeros(len(rows), T)
     for i, (r, lp) in enumerate(zip(rows, logps)):
         c_ids[i, :len(r)] = r
         c_logps[i, :len(lp)] = lp
-    mask, truncated = completion_masks(c_ids, tokenizer.eos_token_id)
-    tokenizer.padding_side = "left"
-    enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-    return Rollout(enc.input_ids.repeat_interleave(group_size, 0), enc.attention_mask.repeat_interleave(group_size, 0),
-                   c_ids, mask, c_logps * mask, truncated, texts,
-                   torch.arange(len(prompts)).repeat_interleave(group_size))
+    return c_ids, c_logps
 
 
-def vllm_generate(engine, tokenizer, prompts: list, group_size: int, max_new_tokens: int, temperature: float,
-                  top_p: float, greedy: bool = False, lora_path: str | None = None) -> Rollout:
-    """Sample with vLLM's documented API: LLM.generate(prompts, SamplingParams(n, logprobs=0), lora_request)."""
+def vllm_sample(engine, prompts: list, group_size: int, max_new_tokens: int, temperature: float, top_p: float,
+                greedy: bool, pad_id: int, lora_path: str | None = None) -> tuple:
+    """Sample with vLLM's documented API: LLM.generate(prompts, SamplingParams(n, logprobs=0), lora_request).
+
+    Returns `completions(...)`: ids (B, T) and sampling log-probs (B, T), B = len(prompts) * group_size.
+    """
     _, SamplingParams, LoRARequest = _import_vllm()
     if engine is None:
         raise ValueError("backend='vllm' needs an engine: gpolib.vllm_backend.make_engine(model_name)")
@@ -69,4 +68,4 @@ def vllm_generate(engine, tokenizer, prompts: list, group_size: int, max_new_tok
                             max_tokens=max_new_tokens, logprobs=0)
     lora = LoRARequest("policy", 1, lora_path) if lora_path else None
     outputs = engine.generate(prompts, params, lora_request=lora, use_tqdm=False)
-    return to_rollout(outputs, tokenizer, prompts, group_size, max_new_tokens)
+    return completions(outputs, group_size, max_new_tokens, pad_id)

@@ -1,9 +1,10 @@
 import os
 
-import pytest
-import torch
+from gpolib.runtime import setup_threads
 
-torch.set_num_threads(2)
+setup_threads(2)  # before torch loads: passive OpenMP waiting, 2 threads
+import pytest  # noqa: E402
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -26,9 +27,9 @@ def tiny_cfg():
 
 
 RESUME_SCRIPT = """
-import sys, torch
-import gpolib
-torch.set_num_threads(2)
+import sys
+from gpolib.runtime import setup_threads
+setup_threads(2)
 from gpolib import presets
 from gpolib.train import train
 if len(sys.argv) > 2:  # fault injection: die half-way through writing checkpoint number argv[2]

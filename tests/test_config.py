@@ -37,8 +37,11 @@ INVALID_TRAIN = [
     ({"max_new_tokens": 0}, "max_new_tokens"),
     ({"overlong": "truncate"}, "overlong"),
     ({"overlong_cache": 96}, "overlong_cache"),
+    ({"overlong_cache": 1.5}, "overlong_cache"),
+    ({"overlong_cache": -1}, "overlong_cache"),
     ({"old_logps": "vllm"}, "old_logps"),
     ({"backend": "sglang"}, "backend"),
+    ({"backend": "vllm"}, "backend"),
     ({"device": "tpu"}, "device"),
     ({"dtype": "int8"}, "dtype"),
     ({"dynamic_sampling": "yes"}, "dynamic_sampling"),
@@ -47,7 +50,8 @@ INVALID_TRAIN = [
     ({"seed": -3}, "seed"),
     ({"model": ""}, "model"),
     ({"loss": {"ratio_level": "token"}}, "loss"),
-    ({"loss": LossConfig("token", 0.2, 0.2, "seq_mean_token_sum_norm", max_len=64)}, "loss.max_len"),
+    ({"loss": LossConfig(ratio_level="token", eps_low=0.2, eps_high=0.2, aggregation="seq_mean_token_sum_norm",
+                         max_len=64)}, "loss.max_len"),
 ]
 
 
@@ -61,6 +65,18 @@ def test_invalid_loss_config_names_field(kwargs, field):
 def test_invalid_train_config_names_field(kwargs, field):
     with pytest.raises(ValueError, match=rf"^{field.replace('.', '[.]')}=.*allowed"):
         TrainConfig(**kwargs)
+
+
+def test_vllm_is_rejected_with_the_reason():
+    with pytest.raises(ValueError, match="not wired into the training loop"):
+        presets.get("gspo", backend="vllm")
+
+
+def test_configs_take_keywords_only():
+    with pytest.raises(TypeError):
+        LossConfig("token", 0.2, 0.2, "seq_mean_token_mean")
+    with pytest.raises(TypeError):
+        TrainConfig("grpo")
 
 
 def test_error_lists_allowed_values():
@@ -85,10 +101,12 @@ def test_presets_are_valid_and_round_trip(name):
 
 
 def test_preset_values_match_papers():
-    assert presets.get("grpo").loss == LossConfig("token", 0.2, 0.2, "seq_mean_token_mean")
+    assert presets.get("grpo").loss == LossConfig(ratio_level="token", eps_low=0.2, eps_high=0.2,
+                                                  aggregation="seq_mean_token_mean")
     dapo = presets.get("dapo")
     assert (dapo.loss.eps_low, dapo.loss.eps_high, dapo.loss.aggregation) == (0.2, 0.28, "token_mean")
     assert dapo.dynamic_sampling and dapo.overlong == "shaping"
+    assert dapo.overlong_cache == 0.2 and dapo.overlong_cache_len == round(0.2 * 96) == 19  # 4096 of 20480
     gspo = presets.get("gspo")
     assert (gspo.loss.ratio_level, gspo.loss.eps_low, gspo.loss.eps_high, gspo.mu) == ("sequence", 3e-4, 4e-4, 4)
     dr = presets.get("dr_grpo")
@@ -101,6 +119,18 @@ def test_overrides_reach_loss_and_dr_grpo_budget():
     cfg = presets.get("dapo", loss_eps_high=0.2, seed=3)
     assert cfg.loss.eps_high == 0.2 and cfg.seed == 3
     assert presets.get("dr_grpo", max_new_tokens=64).loss.max_len == 64
+
+
+def test_derived_values_follow_the_budget_on_replace():
+    """Dr. GRPO's normaliser and DAPO's L_cache are derived from max_new_tokens, never left stale."""
+    dr = presets.get("dr_grpo").replace(max_new_tokens=128)
+    assert dr.loss.max_len == 128 and dr == presets.get("dr_grpo", max_new_tokens=128)
+    assert presets.get("dr_grpo").replace(max_new_tokens=128, loss_max_len=128).loss.max_len == 128
+    to_dr = presets.get("grpo", max_new_tokens=48).replace(loss_aggregation="seq_mean_token_sum_norm")
+    assert to_dr.loss.max_len == 48
+    dapo = presets.get("dapo").replace(max_new_tokens=200)
+    assert dapo.overlong_cache_len == 40  # 20% of the new budget
+    assert presets.get("grpo").overlong_cache_len == 16  # an int is tokens
 
 
 def test_every_field_has_a_docstring():

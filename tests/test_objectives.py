@@ -5,15 +5,17 @@ import pytest
 import torch
 
 from gpolib import LossConfig
-from gpolib.objectives import (aggregate, clip_fractions, clipped_surrogate, group_advantages, importance_ratio,
+from gpolib.metrics import Share
+from gpolib.objectives import (aggregate, clip_masks, clipped_surrogate, group_advantages, importance_ratio,
                                k1_kl, k3_kl, policy_loss, sequence_log_ratio)
 
 torch.manual_seed(0)
-GRPO = LossConfig("token", 0.2, 0.2, "seq_mean_token_mean")
-DAPO = LossConfig("token", 0.2, 0.28, "token_mean")
-DR = LossConfig("token", 0.2, 0.2, "seq_mean_token_sum_norm", max_len=100)
-ALL = [GRPO, DAPO, DR, LossConfig("sequence", 3e-4, 4e-4, "seq_mean_token_mean"),
-       LossConfig("sequence_token", 3e-4, 4e-4, "seq_mean_token_mean")]
+GRPO = LossConfig(ratio_level="token", eps_low=0.2, eps_high=0.2, aggregation="seq_mean_token_mean")
+DAPO = LossConfig(ratio_level="token", eps_low=0.2, eps_high=0.28, aggregation="token_mean")
+DR = LossConfig(ratio_level="token", eps_low=0.2, eps_high=0.2, aggregation="seq_mean_token_sum_norm", max_len=100)
+ALL = [GRPO, DAPO, DR,
+       LossConfig(ratio_level="sequence", eps_low=3e-4, eps_high=4e-4, aggregation="seq_mean_token_mean"),
+       LossConfig(ratio_level="sequence_token", eps_low=3e-4, eps_high=4e-4, aggregation="seq_mean_token_mean")]
 
 
 def _mask(lengths, T):
@@ -64,7 +66,7 @@ def test_on_policy_gradient_is_advantage_weighted(cfg):
     adv = torch.tensor([1.5, -0.5, 2.0, -1.0])
     loss, info = policy_loss(logps, logps.detach(), adv, mask, cfg)
     loss.backward()
-    assert info["clip_frac"] == 0.0 and info["ratio_mean"] == pytest.approx(1.0)
+    assert info["clip/frac"].value == 0.0 and info["ratio/mean"].value == pytest.approx(1.0)
     L = torch.tensor(lengths, dtype=torch.float32).unsqueeze(1)
     if cfg.aggregation == "seq_mean_token_mean":
         weight = 1.0 / (B * L)  # sequence level too: d s_i / d logp_t = s_i / |o_i| with s_i = 1
@@ -116,7 +118,8 @@ def test_gspo_equals_grpo_for_one_token_responses():
     grads = []
     for level in ("token", "sequence", "sequence_token"):
         logps = (old + 0.3 * torch.randn(B, 1, generator=torch.Generator().manual_seed(1))).requires_grad_()
-        loss, _ = policy_loss(logps, old, adv, mask, LossConfig(level, 0.2, 0.28, "seq_mean_token_mean"))
+        cfg = LossConfig(ratio_level=level, eps_low=0.2, eps_high=0.28, aggregation="seq_mean_token_mean")
+        loss, _ = policy_loss(logps, old, adv, mask, cfg)
         loss.backward()
         grads.append((loss.item(), logps.grad.clone()))
     for value, grad in grads[1:]:
@@ -134,9 +137,10 @@ def test_gspo_token_equals_gspo_value_and_gradient(eps):
     out = []
     for level in ("sequence", "sequence_token"):
         logps = (old + delta).requires_grad_()
-        loss, info = policy_loss(logps, old, adv, mask, LossConfig(level, eps[0], eps[1], "seq_mean_token_mean"))
+        cfg = LossConfig(ratio_level=level, eps_low=eps[0], eps_high=eps[1], aggregation="seq_mean_token_mean")
+        loss, info = policy_loss(logps, old, adv, mask, cfg)
         loss.backward()
-        out.append((loss.item(), logps.grad.clone(), info["clip_frac"]))
+        out.append((loss.item(), logps.grad.clone(), info["clip/frac"].value))
     assert out[0][0] == pytest.approx(out[1][0], abs=1e-6)
     assert torch.allclose(out[0][1], out[1][1], atol=1e-6)
     assert out[0][2] == pytest.approx(out[1][2])
@@ -146,7 +150,7 @@ def test_sequence_ratio_broadcast_and_gradient_check():
     mask = _mask([3, 2], 3).double()
     old = torch.randn(2, 3, dtype=torch.float64)
     adv = torch.tensor([1.0, -1.0], dtype=torch.float64)
-    cfg = LossConfig("sequence", 0.99, 10.0, "seq_mean_token_mean")  # wide clip: smooth
+    cfg = LossConfig(ratio_level="sequence", eps_low=0.99, eps_high=10.0, aggregation="seq_mean_token_mean")  # smooth
     f = lambda lp: policy_loss(lp, old, adv, mask, cfg)[0]
     assert torch.autograd.gradcheck(f, (old + 0.1).clone().requires_grad_())
     r = importance_ratio(old + 0.1, old, mask, "sequence")
@@ -162,18 +166,63 @@ def test_clipped_surrogate_hand_values():
     assert torch.allclose(down, torch.tensor([[-0.8, -0.9, -1.0, -1.3, -1.5]]))
 
 
-def test_clip_fractions_hand_built():
+def test_clip_masks_hand_built():
     ratio = torch.tensor([[0.5, 0.9, 1.0, 1.3, 1.5],
                           [0.5, 0.7, 1.0, 1.3, 1.5]])
     adv = torch.tensor([1.0, -1.0])
-    mask = torch.tensor([[1.0, 1, 1, 1, 1], [1, 1, 1, 1, 0]])  # last token of row 2 masked
-    f = clip_fractions(ratio, adv, mask, 0.2, 0.28)
-    # high: row 1 tokens 1.3, 1.5 (A>0) -> 2 of 9; low: row 2 tokens 0.5, 0.7 (A<0) -> 2 of 9
-    assert f["clip_frac_high"] == pytest.approx(2 / 9)
-    assert f["clip_frac_low"] == pytest.approx(2 / 9)
-    assert f["clip_frac"] == pytest.approx(4 / 9)
-    # symmetric 0.2: 1.3 and 1.5 clip high; row 1's 0.5 has A > 0 so it is not a clip event
-    assert clip_fractions(ratio, adv, mask, 0.2, 0.2)["clip_frac_high"] == pytest.approx(2 / 9)
+    low, high = clip_masks(ratio, adv, 0.2, 0.28)
+    # high: row 1 tokens 1.3, 1.5 (A > 0); low: row 2 tokens 0.5, 0.7 (A < 0); row 1's 0.5 has A > 0: no clip
+    assert high.tolist() == [[False, False, False, True, True], [False] * 5]
+    assert low.tolist() == [[False] * 5, [True, True, False, False, False]]
+
+
+def test_clip_shares_hand_built_through_policy_loss():
+    mask = torch.tensor([[1.0, 1, 1, 1, 1], [1, 1, 1, 1, 0]])  # last token of row 2 masked: 9 tokens
+    old = torch.zeros(2, 5)
+    logps = torch.log(torch.tensor([[0.5, 0.9, 1.0, 1.3, 1.5], [0.5, 0.7, 1.0, 1.3, 1.5]]))  # token ratios
+    _, info = policy_loss(logps, old, torch.tensor([1.0, -1.0]), mask, DAPO)
+    assert (info["clip/high"].total, info["clip/low"].total, info["clip/frac"].total) == (2, 2, 4)
+    assert info["clip/frac"].value == pytest.approx(4 / 9) and info["clip/high"].weight == 9
+    # mean pi_old of the up-clipped tokens: pi_old = 1 everywhere here
+    assert info["clip/high_pi_old"].value == pytest.approx(1.0) and info["clip/high_pi_old"].weight == 2
+    _, info = policy_loss(logps, old, torch.tensor([1.0, -1.0]), mask, GRPO)  # symmetric 0.2: the same tokens
+    assert info["clip/high"].value == pytest.approx(2 / 9)
+
+
+def test_clip_diagnostics_use_the_configured_ratio_level():
+    """GSPO clips whole responses: its clip shares count the tokens of responses whose s_i leaves the range,
+    whatever their token ratios (the token ratios 1.5 and 0.5 below average out to s_i = 0.866)."""
+    old = torch.log(torch.tensor([[0.2, 0.4], [0.5, 0.5]]))
+    logps = old + torch.log(torch.tensor([[1.5, 0.5], [1.3, 1.3]]))  # s_1 = sqrt(0.75) = 0.866, s_2 = 1.3
+    mask, adv = torch.ones(2, 2), torch.tensor([1.0, 1.0])
+    seq = LossConfig(ratio_level="sequence", eps_low=0.2, eps_high=0.2, aggregation="seq_mean_token_mean")
+    _, info = policy_loss(logps, old, adv, mask, seq)
+    assert info["clip/high"].total == 2  # both tokens of response 2, none of response 1
+    assert info["clip/high_pi_old"].value == pytest.approx(0.5)  # pi_old of response 2's tokens
+    _, tok = policy_loss(logps, old, adv, mask, GRPO)
+    assert tok["clip/high"].total == 3  # token level: 1.5 of response 1 and both 1.3 of response 2
+    assert tok["clip/high_pi_old"].value == pytest.approx((0.2 + 0.5 + 0.5) / 3)
+
+
+def test_diagnostics_pool_over_parts_and_skipped_rows():
+    """Pooling micro-batches by `+` gives the whole batch's means; a Share counts rows with A = 0 (skipped
+    by the loop) as unclipped tokens, exactly what `policy_loss` on the whole batch gives."""
+    B, T = 6, 5
+    mask = _mask([5, 2, 4, 1, 5, 3], T)
+    old = torch.randn(B, T, generator=torch.Generator().manual_seed(3))
+    new = old + 0.4 * torch.randn(B, T, generator=torch.Generator().manual_seed(4))
+    adv = torch.tensor([1.2, 0.0, -0.7, 0.0, -1.0, 2.0])
+    _, whole = policy_loss(new, old, adv, mask, DAPO)
+    parts = [policy_loss(new[r], old[r], adv[r], mask[r], DAPO)[1] for r in ([0, 2], [4, 5])]
+    pooled = {k: parts[0][k] + parts[1][k] for k in parts[0]}
+    skipped = float(mask[[1, 3]].sum())
+    for k in ("clip/low", "clip/high", "clip/frac"):
+        assert isinstance(pooled[k], Share)
+        assert (pooled[k] + Share(0.0, skipped)).value == pytest.approx(whole[k].value, abs=1e-12)
+    assert whole["clip/frac"].total > 0
+    trained = policy_loss(new[[0, 2, 4, 5]], old[[0, 2, 4, 5]], adv[[0, 2, 4, 5]], mask[[0, 2, 4, 5]], DAPO)[1]
+    for k in ("pi_old/mean", "ratio/mean", "clip/high_pi_old"):
+        assert pooled[k].value == pytest.approx(trained[k].value, rel=1e-6)
 
 
 def test_clip_higher_lets_low_probability_tokens_rise():
@@ -220,10 +269,10 @@ def test_policy_loss_kl_term():
     mask = torch.ones(2, 3)
     logps = torch.zeros(2, 3, requires_grad=True)
     ref = torch.full((2, 3), math.log(0.5))
-    cfg = LossConfig("token", 0.2, 0.2, "token_mean", beta=0.1)
+    cfg = LossConfig(ratio_level="token", eps_low=0.2, eps_high=0.2, aggregation="token_mean", beta=0.1)
     loss, info = policy_loss(logps, logps.detach(), torch.zeros(2), mask, cfg, ref_logps=ref)
     k3 = 0.5 - math.log(0.5) - 1
-    assert info["kl"] == pytest.approx(k3, rel=1e-6)
+    assert info["kl/mean"].value == pytest.approx(k3, rel=1e-6)
     assert loss.item() == pytest.approx(0.1 * k3, rel=1e-6)
     with pytest.raises(ValueError, match="ref_logps"):
         policy_loss(logps, logps.detach(), torch.zeros(2), mask, cfg)

@@ -72,14 +72,26 @@ def test_select_and_concat_round_trip(policy):
 
 def test_vllm_missing_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)
-    from gpolib.vllm_backend import vllm_generate
+    from gpolib.vllm_backend import vllm_sample
     with pytest.raises(ImportError, match=r"gpolib\[vllm\]"):
-        vllm_generate(None, None, ["q"], 2, 8, 1.0, 1.0)
+        vllm_sample(None, ["q"], 2, 8, 1.0, 1.0, False, 0)
 
 
-def test_vllm_output_conversion_fixture(policy):
+def test_vllm_backend_imports_nothing_of_gpolib():
+    """No import cycle: rollout.py makes the Rollout, vllm_backend.py only returns tensors."""
+    import ast
+    import gpolib.vllm_backend as V
+    tree = ast.parse(open(V.__file__).read())
+    imported = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    assert not [m for m in imported if m.startswith(("gpolib", "."))] and all(n.level == 0 for n in ast.walk(tree)
+                                                                           if isinstance(n, ast.ImportFrom))
+
+
+def test_vllm_generate_on_a_recorded_fixture(policy, monkeypatch):
+    """generate(backend='vllm') on vLLM's recorded output shape, with the engine and vllm stubbed out."""
+    import gpolib.vllm_backend as V
     _, tok = policy
-    from gpolib.vllm_backend import to_rollout
     eos = tok.eos_token_id
     a, b = tok.convert_tokens_to_ids(["1", "2"])
 
@@ -89,8 +101,11 @@ def test_vllm_output_conversion_fixture(policy):
     # recorded shape of vLLM RequestOutput: .outputs -> CompletionOutput(token_ids, text, logprobs)
     outputs = [SimpleNamespace(outputs=[comp([a, b, eos], [-0.1, -0.2, -0.3], "12"),
                                         comp([b, b, b, b], [-1.0, -1.0, -1.0, -1.0], "2222")])]
-    ro = to_rollout(outputs, tok, ["Q: 5+7=\n"], group_size=2, max_new_tokens=4)
+    engine = SimpleNamespace(generate=lambda prompts, params, lora_request, use_tqdm: outputs)
+    monkeypatch.setattr(V, "_import_vllm", lambda: (None, lambda **k: SimpleNamespace(**k), None))
+    ro = generate(None, tok, ["Q: 5+7=\n"], group_size=2, max_new_tokens=4, backend="vllm", engine=engine)
     assert ro.completion_mask.tolist() == [[1, 1, 1, 0], [1, 1, 1, 1]]
     assert ro.truncated.tolist() == [False, True]
     assert torch.allclose(ro.sample_logps, torch.tensor([[-0.1, -0.2, -0.3, 0.0], [-1.0] * 4]))
-    assert ro.prompt_index.tolist() == [0, 0]
+    assert ro.prompt_index.tolist() == [0, 0] and ro.texts == ["12", "2222"]
+    assert ro.prompt_ids.shape[0] == 2

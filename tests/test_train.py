@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from gpolib import presets
+from gpolib.metrics import METRICS
 from gpolib.train import Trainer, train
 
 DESIGN_METRICS = ["step", "reward/mean", "reward/std", "acc/mean", "len/mean", "len/correct", "len/incorrect",
@@ -35,11 +36,13 @@ def test_smoke_run_per_preset(name, tiny_cfg, tmp_path):
     assert len(metrics) == 2
     for row in metrics:
         assert set(DESIGN_METRICS) <= set(row), set(DESIGN_METRICS) - set(row)
+        assert set(row) <= set(METRICS), set(row) - set(METRICS)  # every name in the one list
         for k in DESIGN_METRICS:
             v = row[k]
             assert v is None or math.isfinite(v), (k, v)
     summary = json.loads((tmp_path / name / "summary.json").read_text())
     assert summary["finished"] and 0 <= summary["eval_end"]["acc/sample"] <= 1
+    assert set(summary["eval_end"]) <= set(METRICS)
     assert (tmp_path / name / "adapter").exists()
 
 
@@ -71,7 +74,6 @@ def test_dynamic_sampling_stops_at_bound_on_unsolvable_data(tiny_cfg, tmp_path):
 
 def test_gfpo_trains_on_k_of_g(tiny_cfg):
     tr = Trainer(tiny_cfg("gfpo", steps=1))
-    torch.manual_seed(0)
     batch = tr.collect(0)
     assert len(batch.correct) == 4 * 4  # 4 prompts x k = 4 of G = 8
     assert batch.loss_mask.shape[0] == 16
@@ -95,16 +97,16 @@ def test_cache_reuse_and_config_mismatch(tiny_cfg, tmp_path):
 
 
 def test_non_finite_loss_names_step_and_keeps_checkpoint(tiny_cfg, tmp_path, monkeypatch):
-    import gpolib.train as T
+    import gpolib.update as U
     cfg = tiny_cfg("grpo", steps=3, checkpoint_every=1)
-    real = T.policy_loss
+    real = U.policy_loss
     calls = {"n": 0}
 
     def poisoned(*a, **k):
         loss, info = real(*a, **k)
         calls["n"] += 1
         return (loss * float("nan") if calls["n"] >= 2 else loss), info
-    monkeypatch.setattr(T, "policy_loss", poisoned)
+    monkeypatch.setattr(U, "policy_loss", poisoned)
     # find a run where step 0 updates; the second update is poisoned
     with pytest.raises(FloatingPointError, match=r"at step \d"):
         train(cfg, tmp_path / "nan", progress=False)
@@ -132,36 +134,35 @@ def test_resume_after_sigkill_matches_uninterrupted(tmp_path, clean_resume_run):
     assert sk["eval_end"] == sc["eval_end"]
 
 
-def test_partial_old_logps_equal_a_full_recompute(tiny_cfg):
+def test_partial_old_logps_equal_a_full_recompute(tiny_cfg, monkeypatch):
     """pi_old recomputed only for later minibatches' active rows gives the same update as recomputing all."""
+    import gpolib.update as U
     from gpolib.logprobs import completion_logps
     results = []
     for full in (False, True):
         tr = Trainer(tiny_cfg("gspo", mu=2, steps=1))
-        torch.manual_seed(0)
         batch = tr.collect(0)
         if full:
-            def everything(b, rows=None, tr=tr):
+            def everything(trainer, b, minibatches, active):
                 with torch.inference_mode():
                     ro = b.rollout
-                    lp = completion_logps(tr.model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
+                    lp = completion_logps(trainer.model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
                                           ro.completion_mask)
-                return lp.clone(), None
-            tr.old_logps = everything
+                return [lp.clone()] * len(minibatches), None
+            monkeypatch.setattr(U, "pi_old", everything)
         results.append(tr.update(batch, 0))
     if results[0].get("update/skipped"):
         pytest.skip("no informative group in this tiny batch")
-    for key in ("loss", "clip_frac", "ratio_log_std", "grad_norm"):
+    for key in ("loss/policy", "clip/frac", "ratio/log_std", "grad/norm"):
         assert results[0][key] == pytest.approx(results[1][key], rel=1e-4, abs=1e-7), key
 
 
 def test_minibatch_without_active_rows_is_a_zero_gradient_step(tiny_cfg):
     """mu = 4 on 16 rows where one minibatch holds only zero-advantage rows must not crash."""
     tr = Trainer(tiny_cfg("grpo", mu=4, steps=1))
-    torch.manual_seed(0)
     batch = tr.collect(0)
     batch.advantages = torch.zeros_like(batch.advantages)
     batch.advantages[0] = 1.0  # a single active row: three of four minibatches are empty of it
     out = tr.update(batch, 0)
-    assert out["grad_norm"] is not None and math.isfinite(out["grad_norm"])
+    assert out["grad/norm"] is not None and math.isfinite(out["grad/norm"])
     assert tr.sched.last_epoch == 4  # four optimiser steps, one per minibatch

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from gpolib.config import GAE_ONLY, TrainConfig
+from gpolib.config import TrainConfig
+from gpolib.validation import GAE_ONLY
 
 VALUE_FIELDS = ("advantage_estimator", "positive_lm_weight") + GAE_ONLY
 

@@ -1,0 +1,123 @@
+"""Metric names of a training run, in one list, and the additive means the loop pools without knowing them.
+
+Each name is computed in one place and written as it is: the objective (`policy_loss`: `clip/*`,
+`ratio/*`, `pi_old/mean`, `kl/mean`), the update (`loss/policy`, `grad/norm`, `entropy/mean`), the
+collection of a batch (`reward/*`, `acc/mean`, `len/*`, `groups/*`, `gen/*`), the step (`lr`, `time/*`)
+and the held-out evaluation (`acc/sample`, `acc/greedy`). DESIGN.md's names are a subset.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable, Optional
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric of a step row or an evaluation."""
+
+    label: str
+    """axis label of the figures, with its unit"""
+    update: bool = False
+    """computed by the policy update; a step whose update is skipped (or that does not measure it, like
+    `kl/mean` at beta = 0) records `missing` instead"""
+    missing: Optional[float] = None
+    """the value recorded when the update does not measure it"""
+
+
+METRICS: dict[str, Metric] = {
+    "step": Metric("step"),
+    # the fresh rollout batch of the step, before any filter
+    "reward/mean": Metric("mean reward"),
+    "reward/std": Metric("reward std"),
+    "acc/mean": Metric("accuracy (fraction)"),
+    "len/mean": Metric("length (tokens)"),
+    "len/correct": Metric("correct length (tokens)"),
+    "len/incorrect": Metric("incorrect length (tokens)"),
+    "trunc/frac": Metric("truncated (fraction)"),
+    "groups/all_correct": Metric("all-correct groups (fraction)"),
+    "groups/all_wrong": Metric("all-wrong groups (fraction)"),
+    "groups/zero_var": Metric("zero-variance groups (fraction)"),
+    "entropy/sampled": Metric("-E[log p(sampled token)] (nats/token)"),
+    # generation rounds (DAPO dynamic sampling) and what is trained
+    "gen/batches": Metric("generation batches / step"),
+    "gen/samples": Metric("generated responses / step"),
+    "gen/tokens": Metric("generated tokens / step"),
+    "groups/kept": Metric("groups trained / step"),
+    "groups/zero_var_trained": Metric("zero-variance groups trained (fraction)"),
+    "gfpo/len_kept": Metric("length of the kept responses (tokens)"),
+    # the policy update (mean over the mu minibatches)
+    "loss/policy": Metric("policy loss", update=True),
+    "grad/norm": Metric("gradient norm", update=True),
+    "entropy/mean": Metric("entropy (nats/token)", update=True),
+    "clip/low": Metric("clipped low (fraction)", update=True, missing=0.0),
+    "clip/high": Metric("clipped high (fraction)", update=True, missing=0.0),
+    "clip/frac": Metric("clipped (fraction of tokens)", update=True, missing=0.0),
+    "clip/high_pi_old": Metric("pi_old of up-clipped tokens", update=True),
+    "pi_old/mean": Metric("mean pi_old of tokens", update=True),
+    "ratio/mean": Metric("mean importance ratio", update=True),
+    "ratio/log_std": Metric("std of log ratio", update=True, missing=0.0),
+    "kl/mean": Metric("KL (nats/token)", update=True, missing=0.0),
+    "update/skipped": Metric("update skipped (0/1)", update=True, missing=0),
+    # the step
+    "lr": Metric("learning rate"),
+    "time/rollout_s": Metric("rollout time (s)"),
+    "time/train_s": Metric("train time (s)"),
+    "tokens_per_s": Metric("tokens / s"),
+    # held-out evaluation (summary.json), with len/* and trunc/frac above
+    "acc/sample": Metric("held-out accuracy at T (fraction)"),
+    "acc/greedy": Metric("held-out greedy accuracy (fraction)"),
+}
+"""every metric name, with its label; the loop writes no other name"""
+
+
+def update_missing() -> dict:
+    """The update metrics with the values recorded when the update does not measure them."""
+    return {name: m.missing for name, m in METRICS.items() if m.update}
+
+
+def label(name: str) -> str:
+    """Axis label of a metric (the name itself when it is not registered)."""
+    return METRICS[name].label if name in METRICS else name
+
+
+def mean_of(values: Iterable, empty=None):
+    """Mean of the values that are not None or NaN; `empty` when none is left."""
+    vals = [float(v) for v in values if v is not None and not math.isnan(float(v))]
+    return sum(vals) / len(vals) if vals else empty
+
+
+@dataclass(frozen=True)
+class Mean:
+    """A mean kept as its two sums, so that the parts of a batch pool by `+`: value = total / weight."""
+
+    total: float
+    """sum of the values (over tokens, usually)"""
+    weight: float
+    """how many (or how much weight) they count for"""
+
+    @classmethod
+    def of(cls, values, mask) -> "Mean":
+        """The mean of `values` over the positions where `mask` is 1 (tensors of one shape)."""
+        return cls(float((values * mask).sum()), float(mask.sum()))
+
+    def __add__(self, other: "Mean") -> "Mean":
+        return type(self)(self.total + other.total, self.weight + other.weight)
+
+    def __float__(self) -> float:
+        value = self.value
+        return math.nan if value is None else float(value)
+
+    @property
+    def value(self) -> Optional[float]:
+        """total / weight; None when the weight is 0 (nothing was measured)."""
+        return self.total / self.weight if self.weight > 0 else None
+
+
+class Share(Mean):
+    """A share of tokens that is 0 on every row whose advantage is 0 (e.g. clipped tokens: the clip needs
+    A != 0), so rows the update skips for A = 0 count in its weight only; the share of no tokens is 0."""
+
+    @property
+    def value(self) -> float:
+        return self.total / self.weight if self.weight > 0 else 0.0

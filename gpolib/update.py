@@ -1,0 +1,156 @@
+"""Phase 2 of a step: pi_old, then mu optimiser steps on disjoint minibatches of the batch.
+
+Each minibatch is trained in micro-batches of at most `micro_batch_rows` rows with gradient
+accumulation (memory is bounded by one micro-batch); rows whose advantage is 0 are skipped when
+beta = 0 (they add nothing but a denominator share, `objectives.subset_scale`). Diagnostics are the
+additive `Mean`s of `policy_loss` plus the update's own, pooled over micro-batches by `+` and averaged
+over minibatches, without the loop knowing their names.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING
+
+import torch
+
+from . import moe
+from .collect import Batch
+from .metrics import Mean, Share, mean_of
+from .objectives import policy_loss, subset_scale
+
+if TYPE_CHECKING:
+    from .train import Trainer
+
+
+def update(trainer: "Trainer", batch: Batch, step: int) -> dict:
+    """mu optimiser steps on disjoint minibatches of the batch; returns the update metrics of the step."""
+    c = trainer.cfg
+    B = len(batch.correct)
+    if B == 0 or not bool((batch.advantages != 0).any()):
+        return {"update/skipped": 1}
+    gen = torch.Generator().manual_seed(c.seed * 7919 + step)
+    minibatches = [mb.sort().values for mb in torch.randperm(B, generator=gen).chunk(c.mu)]
+    # rows with A = 0 add nothing but a denominator share when beta = 0: skip their passes, rescale
+    active = batch.advantages != 0 if c.loss.beta == 0 else torch.ones(B, dtype=torch.bool)
+    olds, experts = pi_old(trainer, batch, minibatches, active)
+    trainer.model.train()
+    parts = [_minibatch_step(trainer, batch, mb, active, old, experts, step) for mb, old in zip(minibatches, olds)]
+    names = dict.fromkeys(k for part in parts for k in part)
+    return {k: mean_of(part[k] for part in parts if k in part) for k in names}
+
+
+def pi_old(trainer: "Trainer", batch: Batch, minibatches: list, active: torch.Tensor) -> tuple:
+    """log pi_old for each minibatch, (B, T) or None, and the MoE routing to replay (per layer) or None.
+
+    Where the old log-probs come from:
+    - old_logps='engine': the rollout engine's sampling log-probs, for every minibatch (GSPO Sec. 5.4);
+    - 'trainer' with Routing Replay on an MoE policy (GSPO Sec. 5.3): one no-grad pass over every row
+      before the first update records each layer's experts; every minibatch uses those log-probs and
+      replays those experts in its forward passes;
+    - 'trainer' otherwise: the first minibatch is trained before the policy moves, so its pi_old is the
+      detached log-prob of its own forward pass (None: no extra pass, as TRL with one update); the active
+      rows of the later minibatches get one no-grad pass before the first update (other rows stay 0 and
+      are never read).
+    """
+    c = trainer.cfg
+    if c.old_logps == "engine":
+        return [batch.rollout.sample_logps.to(trainer.device)] * len(minibatches), None
+    if c.routing_replay and moe.is_moe(trainer.model):
+        old, experts = _recompute_with_routing(trainer, batch)
+        return [old] * len(minibatches), experts
+    later = torch.cat(minibatches[1:]) if len(minibatches) > 1 else torch.zeros(0, dtype=torch.long)
+    rows = later[active[later]].sort().values
+    old = _recompute(trainer, batch, rows) if len(rows) else None
+    return [None] + [old] * (len(minibatches) - 1), None
+
+
+def _recompute(trainer: "Trainer", batch: Batch, rows: torch.Tensor) -> torch.Tensor:
+    """No-grad log-probs of `rows` under the current policy, in a (B, T) tensor that is 0 on other rows."""
+    trainer.model.eval()
+    with torch.inference_mode():
+        part = trainer.logps(batch.rollout, rows, chunk_rows=trainer.cfg.micro_batch_rows)
+    full = torch.zeros(batch.rollout.completion_ids.shape, device=part.device)
+    full[rows] = part
+    return full
+
+
+def _recompute_with_routing(trainer: "Trainer", batch: Batch) -> tuple:
+    """No-grad log-probs of every row (B, T), rows kept in order, and each layer's recorded experts."""
+    experts: list = []
+    trainer.model.eval()
+    with torch.inference_mode():
+        with moe.record_routing(trainer.model, experts):
+            lp = trainer.logps(batch.rollout, chunk_rows=trainer.cfg.micro_batch_rows, bucket=False)
+        return lp.clone(), moe.stack_by_layer(experts, len(moe.routers(trainer.model)))
+
+
+def _minibatch_step(trainer: "Trainer", batch: Batch, mb: torch.Tensor, active: torch.Tensor, old, experts,
+                    step: int) -> dict:
+    """Accumulate gradients over micro-batches of the minibatch's active rows, clip, step; its metrics."""
+    c = trainer.cfg
+    rows = mb[active[mb]]
+    n_tok_all = float(batch.loss_mask[mb].sum())
+    # longest rows together: each micro-batch is trimmed to its own length
+    order = rows[torch.argsort(batch.rollout.lengths[rows], stable=True)] if not experts else rows
+    losses, infos = [], []
+    for micro in order.split(c.micro_batch_rows) if len(order) else ():
+        loss, info = _micro_step(trainer, batch, micro.sort().values, len(mb), n_tok_all, old, experts, step)
+        losses.append(loss)
+        infos.append(info)
+    if not infos:  # every row has A = 0: the same as a zero-gradient step
+        for p in trainer.params:
+            p.grad = torch.zeros_like(p)
+    gn = torch.nn.utils.clip_grad_norm_(trainer.params, c.max_grad_norm)
+    if not torch.isfinite(gn):
+        raise FloatingPointError(f"non-finite gradient norm at step {step}; last good checkpoint kept")
+    trainer.opt.step()
+    trainer.sched.step()
+    trainer.opt.zero_grad(set_to_none=True)
+    out = {"grad/norm": gn.item(), **_pool(infos, n_tok_all)}
+    if losses:
+        out["loss/policy"] = sum(losses)  # each micro-batch loss is already its share of the minibatch loss
+    return out
+
+
+def _micro_step(trainer: "Trainer", batch: Batch, rows: torch.Tensor, n_rows_all: int, n_tok_all: float, old,
+                experts, step: int) -> tuple:
+    """Forward + backward of one micro-batch, its loss scaled to its share of the minibatch loss; (loss, info)."""
+    c, ro = trainer.cfg, batch.rollout
+    replay = (moe.replay_routing(trainer.model, _rows_of(experts, rows, len(batch.correct))) if experts
+              else contextlib.nullcontext())
+    with replay:
+        lp, ent = trainer.logps(ro, rows, with_entropy=True, chunk_rows=len(rows), bucket=not experts)
+    old_lp = lp.detach() if old is None else old[rows]
+    ref = ref_logps(trainer, batch, rows) if c.loss.beta > 0 else None
+    mask, adv = batch.loss_mask[rows].to(trainer.device), batch.advantages[rows].to(trainer.device)
+    loss, info = policy_loss(lp, old_lp, adv, mask, c.loss, ref)
+    loss = loss * subset_scale(c.loss.aggregation, len(rows), n_rows_all, float(mask.sum()), n_tok_all)
+    if not torch.isfinite(loss):
+        raise FloatingPointError(f"non-finite loss ({loss.item()}) at step {step}; last good checkpoint kept")
+    loss.backward()
+    info["entropy/mean"] = Mean.of(ent, mask)
+    return loss.item(), info
+
+
+def ref_logps(trainer: "Trainer", batch: Batch, rows: torch.Tensor) -> torch.Tensor:
+    """log pi_ref of `rows`: the base model (LoRA adapters disabled). (b, T)."""
+    with torch.no_grad(), trainer.model.disable_adapter():
+        return trainer.logps(batch.rollout, rows)
+
+
+def _pool(infos: list, n_tokens: float) -> dict:
+    """Values of micro-batch diagnostics pooled by `+`; a `Share` counts the minibatch's skipped tokens too."""
+    pooled: dict = {}
+    for info in infos:
+        for k, v in info.items():
+            pooled[k] = pooled[k] + v if k in pooled else v
+    return {k: (v + Share(0.0, n_tokens - v.weight) if isinstance(v, Share) else v).value for k, v in pooled.items()}
+
+
+def _rows_of(experts: list, rows: torch.Tensor, B: int) -> list:
+    """Slice recorded (B*L, k) expert ids per layer to the minibatch rows."""
+    out = []
+    for e in experts:
+        per_row = e.view(B, -1, e.shape[-1])  # (B, L, k)
+        out.append(per_row[rows.to(e.device)].reshape(-1, e.shape[-1]))
+    return out

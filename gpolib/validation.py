@@ -1,0 +1,134 @@
+"""Which values a config may hold: the allowed choices and the checks run on construction.
+
+Each check raises `ValueError` naming the field and what is allowed (`fail`), before any compute.
+`gpolib.config` declares the fields; this module judges their values.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+RATIO_LEVELS = ("token", "sequence", "sequence_token")
+AGGREGATIONS = ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm")
+ADV_SCALES = ("group", "batch", "none")
+ADVANTAGE_ESTIMATORS = ("group", "gae")
+OVERLONG_MODES = ("none", "shaping", "filter")
+GFPO_METRICS = ("length", "efficiency")
+OLD_LOGP_SOURCES = ("trainer", "engine")
+BACKENDS = ("hf", "hf_generate")
+DEVICES = ("cpu", "cuda", "auto")
+DTYPES = ("float32", "bfloat16", "float16")
+PROMPT_STYLES = ("auto", "raw", "chat")
+_CHOICES = {"adv_scale": ADV_SCALES, "overlong": OVERLONG_MODES, "gfpo_metric": GFPO_METRICS,
+            "old_logps": OLD_LOGP_SOURCES, "device": DEVICES, "dtype": DTYPES, "prompt_style": PROMPT_STYLES}
+
+
+def fail(name: str, value: Any, allowed: str) -> None:
+    """Raise ValueError("<name>=<value> is invalid; allowed: <allowed>")."""
+    raise ValueError(f"{name}={value!r} is invalid; allowed: {allowed}")
+
+
+def choice(name: str, value: Any, options: tuple, why: str = "") -> None:
+    """`value` must be one of `options`; `why` explains an exclusion."""
+    if value not in options:
+        fail(name, value, " | ".join(repr(o) for o in options) + why)
+
+
+def positive(name: str, value: Any, minimum: float = 0, strict: bool = True, integer: bool = False) -> None:
+    """`value` must be a number (an int if `integer`, never a bool) above `minimum` (or equal, if not strict)."""
+    kind = int if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kind):
+        fail(name, value, f"{'an int' if integer else 'a number'} {'>' if strict else '>='} {minimum}")
+    if (value <= minimum) if strict else (value < minimum):
+        fail(name, value, f"{'>' if strict else '>='} {minimum}")
+
+
+def check_loss(cfg) -> None:
+    """LossConfig: the three axes, the clip ranges, the KL weight, Dr. GRPO's normaliser."""
+    choice("ratio_level", cfg.ratio_level, RATIO_LEVELS)
+    choice("aggregation", cfg.aggregation, AGGREGATIONS)
+    positive("eps_low", cfg.eps_low, 0, strict=False)
+    positive("eps_high", cfg.eps_high, 0, strict=False)
+    if cfg.eps_low >= 1:
+        fail("eps_low", cfg.eps_low, "0 <= eps_low < 1 (1 - eps_low must stay positive)")
+    positive("beta", cfg.beta, 0, strict=False)
+    if cfg.aggregation == "seq_mean_token_sum_norm" and cfg.max_len is None:
+        fail("max_len", None, "a positive int when aggregation='seq_mean_token_sum_norm'")
+    if cfg.max_len is not None:
+        positive("max_len", cfg.max_len, 0, integer=True)
+
+
+def check_fields(cfg) -> None:
+    """TrainConfig, each field on its own: type, range, allowed values."""
+    for name in ("name", "model", "task_train", "task_eval"):
+        if not isinstance(getattr(cfg, name), str) or not getattr(cfg, name):
+            fail(name, getattr(cfg, name), "a non-empty string")
+    for name, options in _CHOICES.items():
+        choice(name, getattr(cfg, name), options)
+    why = " (the 'vllm' rollout backend is not wired into the training loop yet)" if cfg.backend == "vllm" else ""
+    choice("backend", cfg.backend, BACKENDS, why)
+    for name in ("dynamic_sampling", "gfpo_adaptive", "routing_replay"):
+        if not isinstance(getattr(cfg, name), bool):
+            fail(name, getattr(cfg, name), "True | False")
+    positive("group_size", cfg.group_size, 1, integer=True)
+    for name in ("prompts_per_step", "steps", "mu", "max_new_tokens", "max_gen_batches",
+                 "eval_prompts", "eval_samples", "checkpoint_every", "micro_batch_rows"):
+        positive(name, getattr(cfg, name), 0, integer=True)
+    for name in ("warmup_steps", "lora_r", "lora_alpha", "eval_every", "seed", "rollout_threads"):
+        positive(name, getattr(cfg, name), 0, strict=False, integer=True)
+    for name in ("lr", "max_grad_norm", "temperature"):
+        positive(name, getattr(cfg, name), 0)
+    positive("weight_decay", cfg.weight_decay, 0, strict=False)
+    positive("top_p", cfg.top_p, 0)
+    if cfg.top_p > 1:
+        fail("top_p", cfg.top_p, "0 < top_p <= 1")
+
+
+def check_relations(cfg) -> None:
+    """TrainConfig, fields that bound each other."""
+    if cfg.mu > cfg.prompts_per_step * cfg.group_size:
+        fail("mu", cfg.mu, f"<= prompts_per_step * group_size = {cfg.prompts_per_step * cfg.group_size}")
+    if isinstance(cfg.overlong_cache, float) and not 0 < cfg.overlong_cache < 1:
+        fail("overlong_cache", cfg.overlong_cache, "an int of tokens, or a share 0 < x < 1 of max_new_tokens")
+    positive("overlong_cache", cfg.overlong_cache_len, 0, strict=False, integer=True)
+    if cfg.overlong_cache_len >= cfg.max_new_tokens:
+        fail("overlong_cache", cfg.overlong_cache, f"< max_new_tokens = {cfg.max_new_tokens} tokens")
+    if cfg.gfpo_k is not None:
+        positive("gfpo_k", cfg.gfpo_k, 0, integer=True)
+        if not 2 <= cfg.gfpo_k <= cfg.group_size:
+            fail("gfpo_k", cfg.gfpo_k, f"2 <= gfpo_k <= group_size = {cfg.group_size}")
+    if cfg.gfpo_adaptive and cfg.gfpo_k is None:
+        fail("gfpo_adaptive", True, "False unless gfpo_k is set")
+    if cfg.loss.aggregation == "seq_mean_token_sum_norm" and cfg.loss.max_len != cfg.max_new_tokens:
+        fail("loss.max_len", cfg.loss.max_len, f"max_new_tokens = {cfg.max_new_tokens} (Dr. GRPO normaliser)")
+
+
+GAE_ONLY = ("gamma", "lambda_policy", "lambda_critic", "lambda_alpha", "value_lr_scale", "value_pretrain_steps",
+            "value_clip")
+
+
+def check_value_fields(cfg) -> None:
+    """The advantage estimator and the value-model fields (PPO / VAPO)."""
+    choice("advantage_estimator", cfg.advantage_estimator, ADVANTAGE_ESTIMATORS)
+    for name in ("gamma", "lambda_policy") + (("lambda_critic",) if cfg.lambda_critic is not None else ()):
+        positive(name, getattr(cfg, name), 0, strict=False)
+        if getattr(cfg, name) > 1:
+            fail(name, getattr(cfg, name), "0 <= x <= 1")
+    for name in ("lambda_alpha", "value_clip"):
+        if getattr(cfg, name) is not None:
+            positive(name, getattr(cfg, name), 0)
+    positive("value_lr_scale", cfg.value_lr_scale, 0)
+    positive("value_pretrain_steps", cfg.value_pretrain_steps, 0, strict=False, integer=True)
+    positive("positive_lm_weight", cfg.positive_lm_weight, 0, strict=False)
+    defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
+    if cfg.advantage_estimator != "gae":
+        for name in GAE_ONLY:
+            if getattr(cfg, name) != defaults[name]:
+                fail(name, getattr(cfg, name), f"{defaults[name]!r} unless advantage_estimator='gae'")
+        return
+    if cfg.lora_r == 0:
+        fail("lora_r", 0, "> 0 with advantage_estimator='gae' (the value model is a LoRA adapter on the base)")
+    if cfg.gfpo_k is not None:
+        fail("gfpo_k", cfg.gfpo_k, "None with advantage_estimator='gae' (GFPO filters group advantages)")
+    if cfg.adv_scale != "group":
+        fail("adv_scale", cfg.adv_scale, "'group' (unused) with advantage_estimator='gae'")
