@@ -41,6 +41,7 @@ Known numerical departures that remain (documented, not features):
 from __future__ import annotations
 
 import functools
+import math
 import warnings
 
 from .config import TrainConfig
@@ -182,15 +183,18 @@ def trl_reward_funcs(preset_or_cfg) -> list:
     return funcs
 
 
-def to_verl(preset_or_cfg, strict: bool = True, megatron: bool = False) -> dict:
+def to_verl(preset_or_cfg, strict: bool = True, megatron: bool = False, n_gpus: int = 1) -> dict:
     """verl trainer overrides {dotted.key: value} reproducing the objective, batch and optimiser.
 
     Sizes are in verl's units: data.train_batch_size and ppo_mini_batch_size count prompts,
-    actor_rollout_ref.rollout.n = G. Turn them into command-line overrides with `verl_overrides`.
+    actor_rollout_ref.rollout.n = G; the micro-batch (responses per GPU per pass) divides the
+    per-GPU minibatch. Turn the keys into command-line overrides with `verl_overrides`.
     """
     cfg = _config(preset_or_cfg)
     _enforce(verl_missing(cfg, megatron), "verl", strict)
     loss = cfg.loss
+    mini = _split(cfg.prompts_per_step, cfg.mu, "prompts_per_step / mu")
+    per_gpu = _split(mini * cfg.group_size, n_gpus, "minibatch responses / n_gpus")
     keys = {
         "algorithm.adv_estimator": "grpo",
         "algorithm.norm_adv_by_std_in_grpo": cfg.adv_scale == "group",
@@ -200,8 +204,8 @@ def to_verl(preset_or_cfg, strict: bool = True, megatron: bool = False) -> dict:
         "actor_rollout_ref.rollout.n": cfg.group_size,
         "actor_rollout_ref.rollout.temperature": cfg.temperature,
         "actor_rollout_ref.rollout.top_p": cfg.top_p,
-        ACTOR + "ppo_mini_batch_size": _split(cfg.prompts_per_step, cfg.mu, "prompts_per_step / mu"),
-        ACTOR + "ppo_micro_batch_size_per_gpu": min(cfg.micro_batch_rows, cfg.prompts_per_step * cfg.group_size),
+        ACTOR + "ppo_mini_batch_size": mini,
+        ACTOR + "ppo_micro_batch_size_per_gpu": math.gcd(per_gpu, cfg.micro_batch_rows),
         ACTOR + "ppo_epochs": 1,
         ACTOR + "clip_ratio_low": loss.eps_low,
         ACTOR + "clip_ratio_high": loss.eps_high,

@@ -89,12 +89,14 @@ def lora_config(model, lora_r: int, lora_alpha: int):
 
 
 def load_policy(name_or_path: str, lora_r: int = 16, lora_alpha: int = 32, device: str = "cpu",
-                dtype: str = "float32", padding_side: str = "left"):
+                dtype: str = "float32", padding_side: str = "left", gradient_checkpointing: bool = False):
     """Load (model, tokenizer) from a hub name or a local directory, with LoRA when lora_r > 0.
 
     Steps: 1. resolve/check the path (raises before any hub call for missing local paths);
     2. check the config is a causal LM (ValueError otherwise); 3. load model and tokenizer;
-    4. make sure a pad token exists; 5. wrap with peft LoRA (base weights frozen).
+    4. make sure a pad token exists; 5. wrap with peft LoRA (base weights frozen);
+    6. optionally recompute activations in the backward pass (training mode only; sampling, in eval
+    mode, keeps its KV cache).
     """
     path = resolve_path(name_or_path)
     config = _check_causal_lm(path)
@@ -107,7 +109,15 @@ def load_policy(name_or_path: str, lora_r: int = 16, lora_alpha: int = 32, devic
         from peft import get_peft_model
 
         model = get_peft_model(model, lora_config(model, lora_r, lora_alpha))
+    if gradient_checkpointing:
+        enable_gradient_checkpointing(model)
     return model, tokenizer
+
+
+def enable_gradient_checkpointing(model) -> None:
+    """Activation checkpointing per decoder layer (non-reentrant, so frozen inputs under LoRA still
+    carry gradients to the adapters); memory O(layers) activations instead of O(layers x ops)."""
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
 @torch.no_grad()

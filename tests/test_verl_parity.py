@@ -37,13 +37,19 @@ def _cfg(name):
     return presets.get(kw.pop("preset", name), **kw)
 
 
+def declared(cfg, key: str) -> bool:
+    """The dotted key is declared in the yaml (its value may be null or mandatory-missing '???')."""
+    parent, _, last = key.rpartition(".")
+    node = OmegaConf.select(cfg, parent, default=None) if parent else cfg
+    return node is not None and OmegaConf.is_dict(node) and (last in node or OmegaConf.is_missing(node, last))
+
+
 def verl_config(keys: dict, yaml: str = "_generated_ppo_trainer.yaml"):
     """verl's trainer config with the exported overrides applied (the '+' keys added), as its dataclasses."""
     cfg = OmegaConf.load(YAML / yaml)
     for override in verl_overrides(keys):
         key, _, _ = override.lstrip("+").partition("=")
-        present = OmegaConf.select(cfg, key, default="<absent>") != "<absent>"
-        assert present != override.startswith("+"), f"{override}: '+' must mark exactly the keys verl lacks"
+        assert declared(cfg, key) != override.startswith("+"), f"{override}: '+' must mark exactly the keys verl lacks"
         OmegaConf.update(cfg, key, keys[key], merge=True, force_add=True)
     actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
     algo = omega_conf_to_dataclass(cfg.algorithm)
@@ -152,8 +158,7 @@ def test_routing_replay_goes_to_the_megatron_trainer_only():
     assert keys["actor_rollout_ref.actor.megatron.router_replay.mode"] == "R2"
     mega = OmegaConf.load(YAML / "_generated_ppo_megatron_trainer.yaml")
     assert OmegaConf.select(mega, "actor_rollout_ref.actor.megatron.router_replay.mode") == "disabled"
-    assert OmegaConf.select(OmegaConf.load(YAML / "_generated_ppo_trainer.yaml"),
-                            "actor_rollout_ref.actor.megatron", default="<absent>") == "<absent>"
+    assert not declared(OmegaConf.load(YAML / "_generated_ppo_trainer.yaml"), "actor_rollout_ref.actor.megatron")
 
 
 def test_engine_logps_use_verl_bypass_mode():
@@ -164,3 +169,35 @@ def test_engine_logps_use_verl_bypass_mode():
     assert cfg.actor_rollout_ref.rollout.calculate_log_probs is True
     with pytest.raises(UnsupportedFeature, match="sequence ratio"):
         to_verl(presets.get("gspo", old_logps="engine"))
+
+
+def test_verl_launcher_data_reward_and_command(tmp_path):
+    """scale/verl_grpo.py: parquet rows in verl's RL-dataset schema, the reward file, every override known."""
+    import importlib.util
+    import sys
+
+    import pyarrow.parquet as pq
+
+    scale = Path(__file__).resolve().parents[1] / "scale"
+    sys.path.insert(0, str(scale))
+    try:
+        spec = importlib.util.spec_from_file_location("verl_grpo", scale / "verl_grpo.py")
+        launcher = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(launcher)
+        from verl_reward import compute_score
+    finally:
+        sys.path.remove(str(scale))
+    cfg = presets.get("dapo", model="Qwen/Qwen2.5-0.5B-Instruct")
+    train, val = launcher.write_parquet(cfg, tmp_path)
+    row = pq.read_table(train).slice(0, 1).to_pylist()[0]
+    assert row["prompt"][0]["role"] == "user" and row["prompt"][0]["content"].endswith("=?")
+    assert compute_score(row["data_source"], "1+1=2\nA=" + row["reward_model"]["ground_truth"],
+                         row["reward_model"]["ground_truth"]) == 1.0
+    assert compute_score("x", "A=999999", row["reward_model"]["ground_truth"]) == 0.0
+    cmd = launcher.command(cfg, train, val, gpus=8)
+    assert cmd[:3] == ["python3", "-m", "verl.trainer.main_ppo"]
+    base = OmegaConf.load(YAML / "_generated_ppo_trainer.yaml")
+    for override in cmd[3:]:
+        key = override.lstrip("+").partition("=")[0]
+        assert declared(base, key) != override.startswith("+"), override
+    assert "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16" in cmd  # 128 responses / 8 GPUs
