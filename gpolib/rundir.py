@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from . import jsonio
 from .config import TrainConfig
 
 KEEP_CHECKPOINTS = 2
@@ -68,7 +69,7 @@ class RunDir:
                                  "use another out_dir or delete it")
         else:
             blob = {"fingerprint": self.cfg.fingerprint(), "config": self.cfg.to_dict()}
-            _atomic_write(cfg_path, json.dumps(blob, indent=1).encode())
+            _atomic_write(cfg_path, jsonio.dumps(blob, indent=1).encode())
 
     def finished(self) -> bool:
         s = self.path / "summary.json"
@@ -103,17 +104,17 @@ class RunDir:
     # -- metrics ------------------------------------------------------------
     def append_metrics(self, row: dict) -> None:
         with open(self.path / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(row) + "\n")
+            f.write(jsonio.dumps(row) + "\n")
 
     def rewrite_metrics(self, rows: list) -> None:
-        _atomic_write(self.path / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in rows).encode())
+        _atomic_write(self.path / "metrics.jsonl", jsonio.dumps_lines(rows).encode())
 
     def read_metrics(self) -> list:
         p = self.path / "metrics.jsonl"
         return [json.loads(l) for l in p.read_text().splitlines() if l.strip()] if p.exists() else []
 
     def write_summary(self, summary: dict) -> None:
-        _atomic_write(self.path / "summary.json", json.dumps(summary, indent=1).encode())
+        _atomic_write(self.path / "summary.json", jsonio.dumps(summary, indent=1).encode())
 
     def read_summary(self) -> dict:
         return json.loads((self.path / "summary.json").read_text())
