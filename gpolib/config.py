@@ -137,6 +137,9 @@ class TrainConfig:
     """'cpu', 'cuda' or 'auto'."""
     dtype: str = "float32"
     """parameter/compute dtype of the policy."""
+    gradient_checkpointing: Optional[bool] = None
+    """recompute activations in the backward pass (memory for time); None: on when the device is CUDA
+    (the gpu profile), off on CPU."""
     eval_every: int = 0
     """held-out evaluation every N steps (0: only at start and end)."""
     eval_prompts: int = 128

@@ -117,7 +117,11 @@ def load_policy(name_or_path: str, lora_r: int = 16, lora_alpha: int = 32, devic
 def enable_gradient_checkpointing(model) -> None:
     """Activation checkpointing per decoder layer (non-reentrant, so frozen inputs under LoRA still
     carry gradients to the adapters); memory O(layers) activations instead of O(layers x ops)."""
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    enable = getattr(model, "activation_checkpointing_enable", None)  # transformers >= 5.x name
+    if enable is not None:
+        enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
 @torch.no_grad()

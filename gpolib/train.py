@@ -46,8 +46,9 @@ class Trainer:
         if len(self.train_tasks) < cfg.prompts_per_step:
             raise ValueError(f"prompts_per_step={cfg.prompts_per_step} is invalid; allowed: <= the "
                              f"{len(self.train_tasks)} prompts of {cfg.task_train}")
-        self.model, self.tok = load_policy(cfg.model, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
-                                           device=self.device, dtype=cfg.dtype)
+        checkpointing = self.device.startswith("cuda") if cfg.gradient_checkpointing is None else cfg.gradient_checkpointing
+        self.model, self.tok = load_policy(cfg.model, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha, device=self.device,
+                                           dtype=cfg.dtype, gradient_checkpointing=checkpointing)
         check_fits(cfg, self.model)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.opt = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay)

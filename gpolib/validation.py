@@ -70,6 +70,8 @@ def check_fields(cfg) -> None:
     for name in ("dynamic_sampling", "gfpo_adaptive", "routing_replay"):
         if not isinstance(getattr(cfg, name), bool):
             fail(name, getattr(cfg, name), "True | False")
+    if cfg.gradient_checkpointing is not None and not isinstance(cfg.gradient_checkpointing, bool):
+        fail("gradient_checkpointing", cfg.gradient_checkpointing, "None (on for CUDA) | True | False")
     positive("group_size", cfg.group_size, 1, integer=True)
     for name in ("prompts_per_step", "steps", "mu", "max_new_tokens", "max_gen_batches",
                  "eval_prompts", "eval_samples", "checkpoint_every", "micro_batch_rows"):
