@@ -1,0 +1,125 @@
+"""PPO / VAPO in the loop (advantage_estimator='gae'): the value model's part of a step, as the functions
+the loop calls. Where they are called:
+
+  Trainer.__init__         trainer.value = make_value_model(trainer)        (None for the group estimators)
+  train, before step 0     pretrain_value(trainer)                           (VAPO Value-Pretraining)
+  collect.advantages       gae_batch(trainer, ro, correct, rewards, mask, stats)
+  update.update            active_rows(cfg, batch); then update_value(trainer, batch, minibatches)
+  update._micro_step       the loss gains positive_lm_term(cfg, logps, mask, correct, n_positive_tokens)
+  Trainer.state_dict/load  value_state(trainer) / load_value_state(trainer, state)
+
+Departures from the papers: the value model is a second LoRA adapter on the policy's base (gpolib.value);
+it takes one AdamW step per policy minibatch (PPO updates both on the same minibatches); advantages are
+not whitened (PPO's reference code does; the papers' objectives do not).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional
+
+import torch
+
+from .collect import Batch, step_seed
+from .metrics import Mean
+from .value import ValueModel, positive_lm_loss, pretrain, token_advantages
+
+if TYPE_CHECKING:
+    from .train import Trainer
+
+VALUE_METRICS = {"value/loss": "value_loss", "value/explained_var": "value_explained_var", "value/mean": "value_mean"}
+"""step-row name -> key of gpolib.value's statistics of a fresh rollout (before the value update)"""
+
+
+@dataclass
+class ValueBatch(Batch):
+    """A Batch whose advantages are per token (B, T), with what the value update needs."""
+
+    value_targets: Optional[torch.Tensor] = None
+    """(B, T) GAE(lambda_critic) returns: the regression targets of V"""
+    old_values: Optional[torch.Tensor] = None
+    """(B, T) V of the rollout before the update (GAE's baseline, the clipped value loss's anchor)"""
+
+
+def make_value_model(trainer: "Trainer") -> ValueModel | None:
+    """The value model of a 'gae' config (lr = lr * value_lr_scale), None otherwise. Built after the policy,
+    so that the policy's LoRA initialisation is the same as under GRPO for the same seed."""
+    c = trainer.cfg
+    if c.advantage_estimator != "gae":
+        return None
+    return ValueModel(trainer.model, lr=c.lr * c.value_lr_scale, weight_decay=c.weight_decay,
+                      max_grad_norm=c.max_grad_norm)
+
+
+def pretrain_value(trainer: "Trainer") -> list:
+    """VAPO Value-Pretraining: value_pretrain_steps rollouts of the base policy, each fits V to its
+    Monte-Carlo returns. Seeded apart from the RL steps (steps -1, -2, ...), so the RL samples are the
+    same with or without it. Returns one metrics dict per pre-training step (with its generated samples)."""
+    c = trainer.cfg
+
+    def sample(i: int):
+        step = -1 - i
+        torch.manual_seed(step_seed(c.seed, step))
+        tasks = trainer.sample_prompts(step, 0)
+        ro = trainer.rollout(tasks, c.group_size)
+        return ro, trainer.score(ro, tasks)[1]
+
+    log = pretrain(trainer.value, sample, c.value_pretrain_steps, c.gamma, c.micro_batch_rows)
+    return [{**row, "gen/samples": c.prompts_per_step * c.group_size} for row in log]
+
+
+def gae_batch(trainer: "Trainer", ro, correct, rewards, loss_mask, stats: dict) -> ValueBatch:
+    """The batch of a 'gae' step: per-token advantages by (decoupled, length-adaptive) GAE on V_old."""
+    c = trainer.cfg
+    t0 = time.perf_counter()
+    adv, targets, old, vstats = token_advantages(trainer.value, ro, rewards, c.gamma, c.lambda_policy,
+                                                 c.lambda_critic, c.lambda_alpha, c.micro_batch_rows)
+    stats.update({name: vstats[key] for name, key in VALUE_METRICS.items()})
+    stats["time/value_s"] = time.perf_counter() - t0
+    return ValueBatch(ro, correct, rewards, adv, loss_mask, stats, value_targets=targets, old_values=old)
+
+
+def active_rows(cfg, batch: Batch) -> torch.Tensor:
+    """(B,) rows the policy update must run: any non-zero advantage (per response or per token), every row
+    when beta > 0 (the KL term), and the correct rows when the positive-example LM loss is on."""
+    B = len(batch.correct)
+    if cfg.loss.beta > 0:
+        return torch.ones(B, dtype=torch.bool)
+    active = batch.advantages.reshape(B, -1).ne(0).any(dim=1)  # (B,)
+    if cfg.positive_lm_weight > 0:
+        active |= batch.correct > 0
+    return active
+
+
+def positive_tokens(batch: Batch, rows: torch.Tensor) -> float:
+    """Tokens of the correct responses among `rows` (a minibatch): the normaliser of the positive LM loss."""
+    return float((batch.loss_mask[rows] * (batch.correct[rows] > 0).unsqueeze(1)).sum())
+
+
+def positive_lm_term(cfg, logps, mask, correct, n_positive: float) -> tuple:
+    """mu L_NLL of one micro-batch as its share of the minibatch's (VAPO Positive Example LM Loss); (loss, info)."""
+    if cfg.positive_lm_weight == 0 or n_positive == 0:
+        return logps.new_zeros(()), {}
+    loss, info = positive_lm_loss(logps, mask, correct, n_tokens=n_positive)
+    # pooled over micro-batches by `+`: the token mean of the minibatch's correct responses' NLL
+    nll = Mean(loss.item() * n_positive, info["positive_tokens"])
+    return cfg.positive_lm_weight * loss, {"loss/positive_lm": nll}
+
+
+def update_value(trainer: "Trainer", batch: ValueBatch, minibatches: list) -> dict:
+    """One value-model step per minibatch, on the batch's GAE(lambda_critic) targets; its metrics."""
+    c = trainer.cfg
+    t0 = time.perf_counter()
+    info = trainer.value.update(batch.rollout, batch.value_targets, batch.old_values, minibatches, c.value_clip,
+                                c.micro_batch_rows)
+    return {"value/grad_norm": info.get("value_grad_norm"), "time/value_s": time.perf_counter() - t0}
+
+
+def value_state(trainer: "Trainer") -> dict:
+    """The value model's checkpoint entry ({} without one)."""
+    return {} if trainer.value is None else {"value": trainer.value.state_dict()}
+
+
+def load_value_state(trainer: "Trainer", state: dict) -> None:
+    if trainer.value is not None:
+        trainer.value.load_state_dict(state["value"])
