@@ -4,7 +4,7 @@ the loop calls. Where they are called:
   Trainer.__init__         trainer.value = make_value_model(trainer)        (None for the group estimators)
   train, before step 0     pretrain_value(trainer)                           (VAPO Value-Pretraining)
   collect.advantages       gae_batch(trainer, ro, correct, rewards, mask, stats)
-  update.update            active_rows(cfg, batch); then update_value(trainer, batch, minibatches)
+  update.update            has_signal(cfg, batch), active_rows(cfg, batch); then update_value(...)
   update._micro_step       the loss gains positive_lm_term(cfg, logps, mask, correct, n_positive_tokens)
   Trainer.state_dict/load  value_state(trainer) / load_value_state(trainer, state)
 
@@ -77,6 +77,14 @@ def gae_batch(trainer: "Trainer", ro, correct, rewards, loss_mask, stats: dict) 
     stats.update({name: vstats[key] for name, key in VALUE_METRICS.items()})
     stats["time/value_s"] = time.perf_counter() - t0
     return ValueBatch(ro, correct, rewards, adv, loss_mask, stats, value_targets=targets, old_values=old)
+
+
+def has_signal(cfg, batch: Batch) -> bool:
+    """Whether the policy update has anything to learn: a non-zero advantage, or a correct response to
+    imitate when the positive-example LM loss is on (otherwise the update is skipped)."""
+    if len(batch.correct) == 0:
+        return False
+    return bool((batch.advantages != 0).any()) or (cfg.positive_lm_weight > 0 and bool((batch.correct > 0).any()))
 
 
 def active_rows(cfg, batch: Batch) -> torch.Tensor:

@@ -7,8 +7,8 @@ from gpolib.metrics import Mean
 from gpolib.objectives import gae, terminal_rewards
 from gpolib.train import Trainer
 from gpolib.value import positive_lm_loss
-from gpolib.value_loop import (active_rows, gae_batch, make_value_model, positive_lm_term, positive_tokens,
-                               pretrain_value, update_value)
+from gpolib.value_loop import (active_rows, gae_batch, has_signal, make_value_model, positive_lm_term,
+                               positive_tokens, pretrain_value, update_value)
 
 
 def _gae_cfg(tiny_cfg, **kw):
@@ -53,6 +53,13 @@ def test_active_rows():
     batch.advantages = torch.tensor([0.0, -1.0, 0.0])  # per-response advantages work the same
     Cfg.loss.beta, Cfg.positive_lm_weight = 0.0, 0.0
     assert active_rows(Cfg, batch).tolist() == [False, True, False]
+    # the update is skipped without any advantage, unless a correct response feeds the LM term
+    batch.advantages = torch.zeros(3)
+    assert not has_signal(Cfg, batch)
+    Cfg.positive_lm_weight = 0.1
+    assert has_signal(Cfg, batch)
+    batch.correct = torch.zeros(3)
+    assert not has_signal(Cfg, batch)
 
 
 def test_positive_lm_micro_batches_add_up_to_the_minibatch_loss():
