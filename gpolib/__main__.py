@@ -6,6 +6,7 @@ Commands:
   pretrain   build an embedded base policy (`--arch dense|moe`)
   bench      the RL step against TRL's GRPOTrainer (needs `pip install -e ".[bench]"`)
 Each command is one subparser plus one `cmd_<name>(args)` function registered in `COMMANDS`.
+The process settings (passive OpenMP waiting, torch threads) are made here, before torch loads.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import argparse
 import json
 import sys
 
-import torch
+from gpolib.runtime import setup_threads
 
 
 def add_pretrain(sub) -> None:
@@ -27,9 +28,9 @@ def add_pretrain(sub) -> None:
 
 
 def cmd_pretrain(args) -> int:
+    setup_threads(args.threads)
     from gpolib.pretrain import PretrainConfig, pretrain
 
-    torch.set_num_threads(args.threads)
     overrides = {k: v for k, v in (("steps", args.steps), ("batch_size", args.batch_size)) if v is not None}
     cfg = PretrainConfig(arch=args.arch, seed=args.seed, out=args.out, **overrides)
     losses = pretrain(cfg)
@@ -62,10 +63,10 @@ def parse_overrides(items: list) -> dict:
 
 
 def cmd_train(args) -> int:
+    setup_threads(2)
     from gpolib import presets
     from gpolib.train import train
 
-    torch.set_num_threads(2)
     try:
         cfg = presets.get(args.preset, **parse_overrides(args.set))
     except ValueError as err:
@@ -77,7 +78,7 @@ def cmd_train(args) -> int:
 
 
 def add_reproduce(sub) -> None:
-    from gpolib import workbook
+    from gpolib.lab import workbook
 
     workbook.add_cli(sub)
 
@@ -88,7 +89,7 @@ def cmd_reproduce(args) -> int:
 
 def add_bench(sub) -> None:
     p = sub.add_parser("bench", help="RL step time against TRL's GRPOTrainer (bench extra)")
-    p.add_argument("rest", nargs=argparse.REMAINDER, help="arguments of benchmarks/rl_step_vs_trl.py")
+    p.add_argument("rest", nargs=argparse.REMAINDER, help="arguments of the benchmark (python -m gpolib.bench --help)")
 
 
 def cmd_bench(args) -> int:
@@ -111,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    setup_threads()  # OpenMP policy before any command imports torch
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["bench"]:  # every further argument belongs to the benchmark script
         from gpolib import bench

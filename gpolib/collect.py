@@ -2,13 +2,12 @@
 
 Rollout -> correctness reward (+ DAPO soft overlong punishment) -> DAPO dynamic sampling (re-sample
 until the batch holds enough informative groups) -> DAPO overlong filter / GFPO top-k filter ->
-group-relative advantages -> a `Batch` for the update (phase 2, `update.py`).
+group-relative advantages -> a `Batch` for the update (phase 2, `update.py`). `trainer` is the
+`gpolib.train.Trainer` whose model, data and GFPO record are used (not imported here: no cycle).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 import torch
 
 from .groups import adaptive_k, gfpo_advantages, gfpo_keep, informative_groups
@@ -16,9 +15,6 @@ from .metrics import mean_of
 from .objectives import group_advantages
 from .rewards import overlong_filter_mask
 from .rollout import Rollout, concat
-
-if TYPE_CHECKING:
-    from .train import Trainer
 
 GROUP_MEANS_KEPT = 2048
 """GFPO adaptive k: how many recent group mean rewards define the difficulty quartiles"""
@@ -42,7 +38,7 @@ def step_seed(seed: int, step: int) -> int:
     return seed * 1_000_003 + step
 
 
-def collect(trainer: "Trainer", step: int) -> Batch:
+def collect(trainer, step: int) -> Batch:
     """Seed the step, generate until the batch is full (dynamic sampling) or one round (otherwise), score, filter."""
     c, G = trainer.cfg, trainer.cfg.group_size
     torch.manual_seed(step_seed(c.seed, step))
@@ -72,7 +68,7 @@ def collect(trainer: "Trainer", step: int) -> Batch:
     return batch
 
 
-def advantages(trainer: "Trainer", ro: Rollout, correct, rewards, stats: dict) -> Batch:
+def advantages(trainer, ro: Rollout, correct, rewards, stats: dict) -> Batch:
     """Overlong filter and GFPO filter (if configured), group-relative advantages; GFPO's filtered rows leave."""
     c, G = trainer.cfg, trainer.cfg.group_size
     mask = ro.completion_mask.float()

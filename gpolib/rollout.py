@@ -11,10 +11,11 @@ distribution the trainer also uses; with top_p < 1 the nucleus truncation is not
 """
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
 import torch
+
+from .lora import merged_lora
 
 
 @dataclass
@@ -112,33 +113,6 @@ def completion_masks(completion_ids: torch.Tensor, eos_id: int) -> tuple:
     mask = (~seen_before).long()
     truncated = ~is_eos.any(dim=1)
     return mask, truncated
-
-
-@contextlib.contextmanager
-def merged_lora(model):
-    """Fold LoRA deltas into the base Linear weights while sampling (one matmul per projection instead of
-    three), then restore the exact base weights. Models with other adapter kinds are left unchanged."""
-    try:
-        from peft.tuners.lora import LoraLayer
-        from peft.tuners.lora.layer import Linear as LoraLinear
-    except ImportError:  # peft absent: nothing to merge
-        yield
-        return
-    layers = [m for m in model.modules() if isinstance(m, LoraLayer)]
-    if not layers or any(type(m) is not LoraLinear or m.merged for m in layers):
-        yield
-        return
-    saved = [m.get_base_layer().weight.detach().clone() for m in layers]
-    with torch.no_grad():
-        for m in layers:
-            m.merge()
-    try:
-        yield
-    finally:
-        with torch.no_grad():
-            for m, w in zip(layers, saved):
-                m.unmerge()
-                m.get_base_layer().weight.copy_(w)  # exact, no floating-point drift
 
 
 def _prompts(tokenizer, prompts: list, group_size: int, device) -> tuple:

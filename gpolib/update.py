@@ -4,12 +4,12 @@ Each minibatch is trained in micro-batches of at most `micro_batch_rows` rows wi
 accumulation (memory is bounded by one micro-batch); rows whose advantage is 0 are skipped when
 beta = 0 (they add nothing but a denominator share, `objectives.subset_scale`). Diagnostics are the
 additive `Mean`s of `policy_loss` plus the update's own, pooled over micro-batches by `+` and averaged
-over minibatches, without the loop knowing their names.
+over minibatches, without the loop knowing their names. `trainer` is the `gpolib.train.Trainer` whose
+model and optimiser are used (not imported here: no cycle).
 """
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -18,11 +18,8 @@ from .collect import Batch
 from .metrics import Mean, Share, mean_of
 from .objectives import policy_loss, subset_scale
 
-if TYPE_CHECKING:
-    from .train import Trainer
 
-
-def update(trainer: "Trainer", batch: Batch, step: int) -> dict:
+def update(trainer, batch: Batch, step: int) -> dict:
     """mu optimiser steps on disjoint minibatches of the batch; returns the update metrics of the step."""
     c = trainer.cfg
     B = len(batch.correct)
@@ -39,7 +36,7 @@ def update(trainer: "Trainer", batch: Batch, step: int) -> dict:
     return {k: mean_of(part[k] for part in parts if k in part) for k in names}
 
 
-def pi_old(trainer: "Trainer", batch: Batch, minibatches: list, active: torch.Tensor) -> tuple:
+def pi_old(trainer, batch: Batch, minibatches: list, active: torch.Tensor) -> tuple:
     """log pi_old for each minibatch, (B, T) or None, and the MoE routing to replay (per layer) or None.
 
     Where the old log-probs come from:
@@ -64,7 +61,7 @@ def pi_old(trainer: "Trainer", batch: Batch, minibatches: list, active: torch.Te
     return [None] + [old] * (len(minibatches) - 1), None
 
 
-def _recompute(trainer: "Trainer", batch: Batch, rows: torch.Tensor) -> torch.Tensor:
+def _recompute(trainer, batch: Batch, rows: torch.Tensor) -> torch.Tensor:
     """No-grad log-probs of `rows` under the current policy, in a (B, T) tensor that is 0 on other rows."""
     trainer.model.eval()
     with torch.inference_mode():
@@ -74,7 +71,7 @@ def _recompute(trainer: "Trainer", batch: Batch, rows: torch.Tensor) -> torch.Te
     return full
 
 
-def _recompute_with_routing(trainer: "Trainer", batch: Batch) -> tuple:
+def _recompute_with_routing(trainer, batch: Batch) -> tuple:
     """No-grad log-probs of every row (B, T), rows kept in order, and each layer's recorded experts."""
     experts: list = []
     trainer.model.eval()
@@ -84,7 +81,7 @@ def _recompute_with_routing(trainer: "Trainer", batch: Batch) -> tuple:
         return lp.clone(), moe.stack_by_layer(experts, len(moe.routers(trainer.model)))
 
 
-def _minibatch_step(trainer: "Trainer", batch: Batch, mb: torch.Tensor, active: torch.Tensor, old, experts,
+def _minibatch_step(trainer, batch: Batch, mb: torch.Tensor, active: torch.Tensor, old, experts,
                     step: int) -> dict:
     """Accumulate gradients over micro-batches of the minibatch's active rows, clip, step; its metrics."""
     c = trainer.cfg
@@ -112,7 +109,7 @@ def _minibatch_step(trainer: "Trainer", batch: Batch, mb: torch.Tensor, active: 
     return out
 
 
-def _micro_step(trainer: "Trainer", batch: Batch, rows: torch.Tensor, n_rows_all: int, n_tok_all: float, old,
+def _micro_step(trainer, batch: Batch, rows: torch.Tensor, n_rows_all: int, n_tok_all: float, old,
                 experts, step: int) -> tuple:
     """Forward + backward of one micro-batch, its loss scaled to its share of the minibatch loss; (loss, info)."""
     c, ro = trainer.cfg, batch.rollout
@@ -132,7 +129,7 @@ def _micro_step(trainer: "Trainer", batch: Batch, rows: torch.Tensor, n_rows_all
     return loss.item(), info
 
 
-def ref_logps(trainer: "Trainer", batch: Batch, rows: torch.Tensor) -> torch.Tensor:
+def ref_logps(trainer, batch: Batch, rows: torch.Tensor) -> torch.Tensor:
     """log pi_ref of `rows`: the base model (LoRA adapters disabled). (b, T)."""
     with torch.no_grad(), trainer.model.disable_adapter():
         return trainer.logps(batch.rollout, rows)

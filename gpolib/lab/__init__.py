@@ -1,1 +1,9 @@
-"""What the notebooks measure, judge and draw; `stats` holds the rules of evidence."""
+"""What the notebooks measure, judge and draw: the workbook's helpers, apart from the core.
+
+One module per notebook, each with its measurements and, beside them, the verdicts of its claims:
+`base_models` (00), `grpo` (01), `ratio_decay` (02), `dapo` (03), `gspo` (04), `gfpo` (05),
+`dr_grpo` (06), `ppo_vapo` (07). Shared: `runs` (arms -> configs, run folders, windows of steps),
+`plots` (one look for every figure), `verdicts` and `stats` (the rules of evidence), `report`
+(claims scoreboard; the claims' text is `claims.yaml`), `workbook` (papermill runner behind
+`python -m gpolib reproduce`).
+"""

@@ -1,4 +1,4 @@
-"""Diagnostics of notebooks 00-02 on hand-made inputs with known answers."""
+"""Measurements of notebooks 00-02 (lab.base_models, lab.grpo, lab.ratio_decay) on inputs with known answers."""
 import math
 
 import numpy as np
@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 import torch
 
-from gpolib import diagnostics as dg
+from gpolib.lab import base_models, grpo, ratio_decay
 from gpolib.rollout import Rollout
 
 
@@ -22,20 +22,20 @@ def test_sample_outcomes_and_group_mix():
     tasks = [{"prompt": "1+1=?\n", "answer": 2, "n_ops": 1}, {"prompt": "2*3=?\n", "answer": 6, "n_ops": 1},
              {"prompt": "9-1=?\n", "answer": 8, "n_ops": 1}]
     texts = ["A=2", "A=2", "A=5", "x", "A=8", "A=7"]
-    df = dg.sample_outcomes(_rollout([3, 3, 3, 1, 3, 3], texts, [0, 0, 1, 1, 2, 2]), tasks)
+    df = base_models.sample_outcomes(_rollout([3, 3, 3, 1, 3, 3], texts, [0, 0, 1, 1, 2, 2]), tasks)
     assert df["correct"].tolist() == [1, 1, 0, 0, 1, 0]
     assert df["length"].tolist() == [3, 3, 3, 1, 3, 3]
-    mix = dg.group_outcomes(df)
+    mix = base_models.group_outcomes(df)
     assert mix == pytest.approx({"all_correct": 1 / 3, "all_wrong": 1 / 3, "mixed": 1 / 3})
 
 
 def test_curve_match_prefix():
-    out = dg.curve_match([1.0, 0.5, 0.25], [1.0, 0.5, 0.2, 0.1])
+    out = base_models.curve_match([1.0, 0.5, 0.25], [1.0, 0.5, 0.2, 0.1])
     assert out["steps_compared"] == 3 and out["max_abs_diff"] == pytest.approx(0.05)
 
 
 def test_advantage_table_one_correct_of_four():
-    df = dg.advantage_table(torch.tensor([1.0, 0, 0, 0, 1, 1, 1, 1]), 4)
+    df = grpo.advantage_table(torch.tensor([1.0, 0, 0, 0, 1, 1, 1, 1]), 4)
     # group 0: mean 1/4, unbiased std 1/2 -> A = (1 - 1/4) / (1/2 + 1e-4)
     assert df["A (group)"][0] == pytest.approx(0.75 / (0.5 + 1e-4))
     assert df["A (none)"].tolist()[:4] == pytest.approx([0.75, -0.25, -0.25, -0.25])
@@ -43,7 +43,7 @@ def test_advantage_table_one_correct_of_four():
 
 
 def test_kl_check_recovers_exact_kl():
-    out = dg.kl_check(vocab=12, n=100_000, seed=0)
+    out = grpo.kl_check(vocab=12, n=100_000, seed=0)
     assert out["k3_rel_err"] < 0.02 and out["k3_min"] >= 0
     assert out["k1_min"] < 0  # the naive estimator goes negative
     assert out["k3_var"] < out["k1_var"]
@@ -53,7 +53,7 @@ def test_kl_samples_exact_value():
     logp = torch.log(torch.tensor([0.5, 0.5], dtype=torch.float64))
     ref = torch.log(torch.tensor([0.25, 0.75], dtype=torch.float64))
     exact = 0.5 * math.log(0.5 / 0.25) + 0.5 * math.log(0.5 / 0.75)
-    assert dg.kl_samples(logp, ref, 10)["exact"] == pytest.approx(exact)
+    assert grpo.kl_samples(logp, ref, 10)["exact"] == pytest.approx(exact)
 
 
 def _synthetic_ratios(n_per_len=400, lengths=(10, 20, 30, 40), sigma=0.1, seed=0) -> pd.DataFrame:
@@ -68,7 +68,7 @@ def _synthetic_ratios(n_per_len=400, lengths=(10, 20, 30, 40), sigma=0.1, seed=0
 
 def test_bucket_stats_known_variance():
     df = _synthetic_ratios()
-    b = dg.bucket_stats(df, 4)
+    b = ratio_decay.bucket_stats(df, 4)
     assert b["len_mean"].tolist() == [10, 20, 30, 40] and b["n"].tolist() == [400] * 4
     np.testing.assert_allclose(b["var_log_prod_rho"], [0.1, 0.2, 0.3, 0.4], rtol=0.15)
     np.testing.assert_allclose(b["var_log_s"], [1e-3, 5e-4, 1e-3 / 3, 2.5e-4], rtol=0.15)
@@ -76,7 +76,7 @@ def test_bucket_stats_known_variance():
 
 def test_extreme_share_top_bucket():
     df = pd.DataFrame({"length": [1, 2, 3, 4], "log_prod_rho": [0.0, 0.0, math.log(0.1), math.log(2.0)]})
-    out = dg.extreme_share(df, 2)
+    out = ratio_decay.extreme_share(df, 2)
     assert out == {"n": 2, "min_length": 3, "share": 0.5}
 
 
@@ -84,10 +84,9 @@ def test_ratio_records_on_tiny_run(tiny_cfg):
     from gpolib.train import Trainer
 
     cfg = tiny_cfg("grpo", mu=2, steps=1, prompts_per_step=2, group_size=4, max_new_tokens=32)
-    df = dg.ratio_records(Trainer(cfg), 1)
+    df = ratio_decay.ratio_records(Trainer(cfg), 1)
     assert list(df.columns) == ["step", "length", "log_prod_rho", "log_s", "advantage"]
-    twin = Trainer(cfg)  # same seed, not yet updated: step 0 collects the same rollout
-    torch.manual_seed(cfg.seed * 1_000_003 + 0)
+    twin = Trainer(cfg)  # same seed, not yet updated: step 0 collects the same rollout (seeded by the step)
     assert df["length"].tolist() == twin.collect(0).rollout.lengths.tolist()
     np.testing.assert_allclose(df["log_s"] * df["length"], df["log_prod_rho"], atol=1e-5)
 
@@ -97,6 +96,6 @@ def test_expert_load_rows_sum_to_one():
 
     model, tok = load_policy(EMBEDDED["moe"], lora_r=0)
     ro = _rollout([3, 2], ["A=1", "A="], [0, 0])
-    load = dg.expert_load(model, ro)
+    load = base_models.expert_load(model, ro)
     assert load.shape == (model.config.num_hidden_layers, model.config.num_experts)
     np.testing.assert_allclose(load.sum(1), 1.0, atol=1e-6)

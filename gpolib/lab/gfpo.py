@@ -1,9 +1,9 @@
-"""GFPO's filter and its length measures (Shrivastava et al., 2025, Sec. 3, Eq. 3-4).
+"""Notebook 05, GFPO (Shrivastava et al., 2025): the filter and its length measures (Sec. 3, Eq. 3-4).
 
 - the retained set S of one group and its advantages next to a hand formula, `filter_demo`;
-- length reduction vs GRPO, 1 - L_variant / L_GRPO, `length_reduction`;
-- excess length reduction (Eq. 4), `elr`;
-- held-out accuracy, length, reduction and ELR per run, `variant_table`.
+- the variants compared, `ARMS`; length reduction vs GRPO, 1 - L_variant / L_GRPO, `length_reduction`;
+- excess length reduction (Eq. 4), `elr`; held-out accuracy, length, reduction and ELR per run, `variant_table`;
+- F1 and F2: `verdict_f1`, `verdict_f2`.
 Derivations live in notebook 05; docstrings name the formula they compute.
 """
 from __future__ import annotations
@@ -13,13 +13,24 @@ import statistics
 import pandas as pd
 import torch
 
-from .groups import gfpo_advantages, gfpo_keep, gfpo_scores
-from .objectives import ADV_EPS
+from ..groups import gfpo_advantages, gfpo_keep, gfpo_scores
+from ..objectives import ADV_EPS
+from .verdicts import NOT, PARTLY, REPRODUCED, Verdict, at_least
+
+ARMS = {
+    # the baseline: the same loss (token-mean, Clip-Higher), G = 8, no filter
+    "grpo": {"preset": "gfpo", "name": "grpo", "group_size": 8, "gfpo_k": None},
+    "gfpo-k8-g16-short": {"preset": "gfpo", "group_size": 16, "gfpo_k": 8, "gfpo_metric": "length"},
+    "gfpo-k4-g16-short": {"preset": "gfpo", "group_size": 16, "gfpo_k": 4, "gfpo_metric": "length"},
+    "gfpo-k6-g8-short": {"preset": "gfpo", "group_size": 8, "gfpo_k": 6, "gfpo_metric": "length"},
+    "gfpo-k8-g16-eff": {"preset": "gfpo", "group_size": 16, "gfpo_k": 8, "gfpo_metric": "efficiency"},
+}
+"""run name -> preset and fields: group size G, kept k, ranking metric (equal prompts per step for all)"""
 
 
 # ---------------------------------------------------------------- Sec. 3, Eq. 3: one filtered group
 
-def hand_advantages(rewards, keep) -> list[float]:
+def filtered_advantages_by_hand(rewards, keep) -> list[float]:
     """A_j = (r_j - mean(r_S)) / (std(r_S) + 1e-4) for j in S (unbiased std), 0 otherwise (Eq. 3)."""
     kept = [r for r, k in zip(rewards, keep) if k]
     mean, std = statistics.mean(kept), statistics.stdev(kept)
@@ -33,7 +44,7 @@ def filter_demo(rewards, lengths, k: int, metric: str = "length") -> pd.DataFram
     adv = gfpo_advantages(r, keep, len(rewards))  # (G,)
     return pd.DataFrame({"reward": rewards, "|o_i|": lengths, "score": gfpo_scores(r, n, metric).tolist(),
                          "kept": keep.tolist(), "A": (adv + 0.0).tolist(),  # + 0.0 turns -0.0 into 0.0
-                         "A (hand)": hand_advantages(rewards, keep.tolist())})
+                         "A (hand)": filtered_advantages_by_hand(rewards, keep.tolist())})
 
 
 # ---------------------------------------------------------------- Eq. 4: length measures
@@ -69,3 +80,21 @@ def variant_table(summaries: dict, baseline: str = "grpo") -> pd.DataFrame:
                      "reduction": length_reduction(length, l_grpo), "ELR": elr(l_grpo, length, l_sft)}
     return pd.DataFrame.from_dict(rows, orient="index").astype(float)
 
+
+# ---------------------------------------------------------------- verdicts
+
+def verdict_f1(e: dict) -> Verdict:
+    cut = 1 - e["len_gfpo"] / e["len_grpo"]
+    acc_ok = at_least(e["acc_gfpo"] - e["acc_grpo"], -0.03)
+    v = REPRODUCED if at_least(cut, 0.30) and acc_ok else PARTLY if cut > 0 else NOT
+    return v, (f"length {e['len_grpo']:.0f} -> {e['len_gfpo']:.0f} ({100 * cut:.0f}% shorter); "
+               f"acc {e['acc_grpo']:.3f} -> {e['acc_gfpo']:.3f}")
+
+
+def verdict_f2(e: dict) -> Verdict:
+    ok = e["reduction_k4_g16"] > e["reduction_k6_g8"]
+    return (REPRODUCED if ok else NOT), (f"length reduction k/G=4/16 {100 * e['reduction_k4_g16']:.0f}% vs "
+                                         f"6/8 {100 * e['reduction_k6_g8']:.0f}%")
+
+
+VERDICTS = {"F1": verdict_f1, "F2": verdict_f2}

@@ -4,8 +4,8 @@ import json
 import numpy as np
 import pytest
 
-from gpolib import report
-from gpolib.report import NOT, NOT_RUN, PARTLY, REPRODUCED
+from gpolib.lab import report
+from gpolib.lab.report import NOT, NOT_RUN, PARTLY, REPRODUCED
 
 # A passing evidence dict per claim; CASES below perturb one number at a time.
 GOOD = {

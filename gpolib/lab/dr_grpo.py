@@ -1,9 +1,9 @@
-"""The two biases of GRPO that Dr. GRPO removes (Liu et al., 2025, Sec. 3.1), measured exactly.
+"""Notebook 06, Dr. GRPO (Liu et al., 2025): the two biases of GRPO it removes (Sec. 3.1), measured exactly.
 
 - question-level difficulty bias: the group std in the advantage, `advantage_check`;
 - response-level length bias: the 1/|o_i| normaliser, `token_weights` / `weight_check`;
-- incorrect answers growing longer during training (Sec. 3.2), `growth` / `growth_table`;
-- held-out length and accuracy before / after training, `eval_table`.
+- incorrect answers growing longer during training (Sec. 3.2), `ARMS`, `growth` / `growth_table`;
+- R1 and R2: `verdict_r1`, `verdict_r2`.
 Derivations live in notebook 06; docstrings name the formula they compute.
 """
 from __future__ import annotations
@@ -13,13 +13,18 @@ import math
 import pandas as pd
 import torch
 
-from .config import LossConfig
-from .objectives import ADV_EPS, group_advantages, policy_loss
+from ..config import LossConfig
+from ..objectives import ADV_EPS, group_advantages, policy_loss
+from .runs import mean_over, window
+from .verdicts import EXACT_TOL, NOT, REPRODUCED, Verdict, majority, seeds_text, wins
+
+ARMS = {"grpo": {"preset": "grpo"}, "dr_grpo": {"preset": "dr_grpo"}}
+"""Sec. 3.2: GRPO against Dr. GRPO, everything else shared"""
 
 
 # ---------------------------------------------------------------- question level: std scaling
 
-def hand_advantages(k: int, G: int, scale: str) -> tuple[float, float]:
+def binary_advantages(k: int, G: int, scale: str) -> tuple[float, float]:
     """(A of a correct, A of an incorrect response) in a group of G with k correct, 0/1 rewards.
 
     mean = p = k/G; unbiased std = sqrt(G/(G-1) p(1-p)); A = (r - p) / (std + 1e-4) for 'group',
@@ -38,7 +43,7 @@ def advantage_check(G: int, ks, scales=("group", "none")) -> pd.DataFrame:
         rewards = torch.tensor([1.0] * k + [0.0] * (G - k))  # (G,) one group
         for scale in scales:
             a = group_advantages(rewards, G, scale)  # (G,)
-            hand_c, hand_w = hand_advantages(k, G, scale)
+            hand_c, hand_w = binary_advantages(k, G, scale)
             err = max(abs(float(a[0]) - hand_c), abs(float(a[-1]) - hand_w))
             rows.append({"correct": f"{k}/{G}", "scale": scale, "A correct (hand)": hand_c,
                          "A correct": float(a[0]), "A incorrect (hand)": hand_w, "A incorrect": float(a[-1]),
@@ -93,18 +98,12 @@ def weight_check(losses: dict, lengths, rewards, advantages: dict) -> pd.DataFra
 
 # ---------------------------------------------------------------- training: incorrect answers growing
 
-def _window_mean(rows: list, key: str) -> float:
-    vals = [float(r[key]) for r in rows if r.get(key) is not None and not math.isnan(float(r[key]))]
-    return sum(vals) / len(vals) if vals else float("nan")
-
-
 def growth(metrics: list, key: str = "len/incorrect", frac: float = 0.2) -> float:
     """mean(key over the last `frac` of steps) - mean(key over the first `frac`); None values skipped.
 
     Each window holds max(1, round(frac * n_steps)) steps; nan when a window has no value.
     """
-    k = max(1, round(frac * len(metrics)))
-    return _window_mean(metrics[-k:], key) - _window_mean(metrics[:k], key)
+    return mean_over(window(metrics, frac, "last"), key) - mean_over(window(metrics, frac, "first"), key)
 
 
 def growth_table(metrics_by_run: dict, keys=("len/incorrect", "len/correct", "len/mean", "acc/mean"),
@@ -113,8 +112,17 @@ def growth_table(metrics_by_run: dict, keys=("len/incorrect", "len/correct", "le
     return pd.DataFrame({k: {run: growth(m, k, frac) for run, m in metrics_by_run.items()} for k in keys})
 
 
-def eval_table(summaries: dict, keys=("acc/sample", "len/mean", "len/correct", "len/incorrect")) -> pd.DataFrame:
-    """Held-out metrics at the start and end of each run: rows run, columns (key, start|end)."""
-    rows = {run: {(k, when): s[f"eval_{when}"].get(k) for k in keys for when in ("start", "end")}
-            for run, s in summaries.items()}
-    return pd.DataFrame.from_dict(rows, orient="index").astype(float)
+# ---------------------------------------------------------------- verdicts
+
+def verdict_r1(e: dict) -> Verdict:
+    worst = max(e["adv_err"], e["weight_err"])
+    return (REPRODUCED if worst <= EXACT_TOL else NOT), f"largest error vs hand-computed advantages/weights {worst:.1e}"
+
+
+def verdict_r2(e: dict) -> Verdict:
+    n_wins = wins(e["growth_grpo"], e["growth_dr"])
+    return majority(n_wins, len(e["growth_grpo"])), (f"incorrect-length growth GRPO {seeds_text(e['growth_grpo'])} vs "
+                                                      f"Dr. GRPO {seeds_text(e['growth_dr'])}; larger in {n_wins} seeds")
+
+
+VERDICTS = {"R1": verdict_r1, "R2": verdict_r2}

@@ -1,45 +1,28 @@
 """One look for every figure of the workbook: theme, colours per algorithm, helpers.
 
-Figures are saved with `save(fig, name, profile)` under `figures_dir(profile)`.
+Figures are saved with `save(fig, name, profile)` under `figures_dir(profile)`; axis labels come
+from the metric registry (`gpolib.metrics`). Importing this module leaves matplotlib's backend alone
+(matplotlib picks a non-interactive one itself where there is no display).
 """
 from __future__ import annotations
 
-import os
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
 
-if "MPLBACKEND" not in os.environ and not os.environ.get("DISPLAY") and "ipykernel" not in sys.modules:
-    matplotlib.use("Agg")  # headless scripts and tests; notebooks keep the inline backend
-
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
-
-from . import paths  # noqa: E402
+from .. import paths
+from ..metrics import label as metric_label
 
 ALGO_COLORS: dict[str, str] = {
     "grpo": "#4C72B0", "dapo": "#DD8452", "gspo": "#55A868", "gfpo": "#C44E52",
     "dr_grpo": "#8172B3", "ppo": "#937860", "vapo": "#DA8BC3",
 }
 """fixed colour per algorithm, used whenever a run or bar label starts with its name"""
-
-METRIC_LABELS: dict[str, str] = {
-    "reward/mean": "mean reward", "acc/mean": "accuracy (fraction)", "len/mean": "length (tokens)",
-    "len/correct": "correct length (tokens)", "len/incorrect": "incorrect length (tokens)",
-    "trunc/frac": "truncated (fraction)", "entropy/mean": "entropy (nats/token)",
-    "clip/low": "clipped low (fraction)", "clip/high": "clipped high (fraction)",
-    "clip/frac": "clipped (fraction of tokens)", "ratio/log_std": "std of log ratio",
-    "groups/all_correct": "all-correct groups (fraction)", "groups/all_wrong": "all-wrong groups (fraction)",
-    "groups/zero_var": "zero-variance groups (fraction)", "gen/batches": "generation batches / step",
-    "loss/policy": "policy loss", "kl/mean": "KL (nats/token)", "grad/norm": "gradient norm",
-    "time/rollout_s": "rollout time (s)", "time/train_s": "train time (s)", "tokens_per_s": "tokens / s",
-}
-"""axis label (with unit) per metric name of DESIGN.md"""
 
 _SEED_RE = re.compile(r"[/_\-](seed|s)\d+$")
 
@@ -98,7 +81,7 @@ def training_curves(metrics_by_run: dict[str, list[dict]], keys=("reward/mean", 
     for ax, k in zip(axes[0], keys):
         sub = df[df.metric == k]
         sns.lineplot(sub, x="step", y="value", hue="group", palette=palette(sub.group), errorbar="sd", ax=ax)
-        ax.set(xlabel="step", ylabel=METRIC_LABELS.get(k, k))
+        ax.set(xlabel="step", ylabel=metric_label(k))
         ax.legend(fontsize=8, title=None)
     if claim_id or title_text:
         fig.suptitle(f"{claim_id} · {title_text}" if claim_id else title_text)

@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from gpolib import gfpo_checks as fc
+from gpolib.lab import gfpo as fc
 
 REWARDS = [1.0, 1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0]
 LENGTHS = [40, 25, 12, 60, 30, 18, 33, 50]
@@ -25,7 +25,7 @@ def test_efficiency_keeps_short_correct_answers():
 
 
 def test_hand_advantages_zero_outside_the_kept_set():
-    assert fc.hand_advantages([1.0, 0.0, 3.0], [True, True, False]) == pytest.approx(
+    assert fc.filtered_advantages_by_hand([1.0, 0.0, 3.0], [True, True, False]) == pytest.approx(
         [0.5 / (math.sqrt(0.5) + 1e-4), -0.5 / (math.sqrt(0.5) + 1e-4), 0.0])
 
 

@@ -4,18 +4,20 @@ import math
 import pytest
 
 from gpolib import LossConfig, presets
-from gpolib import length_bias as lb
+from gpolib.lab import dr_grpo as lb
+from gpolib.lab import runs
 
-GRPO = LossConfig("token", 0.2, 0.2, "seq_mean_token_mean")
-DR = LossConfig("token", 0.2, 0.2, "seq_mean_token_sum_norm", max_len=128)
+GRPO = LossConfig(ratio_level="token", eps_low=0.2, eps_high=0.2, aggregation="seq_mean_token_mean")
+DR = LossConfig(ratio_level="token", eps_low=0.2, eps_high=0.2, aggregation="seq_mean_token_sum_norm",
+                max_len=128)
 
 
 def test_hand_advantages_one_of_eight():
     # p = 1/8, unbiased std = sqrt(8/7 * 1/8 * 7/8) = sqrt(1/8)
-    a_c, a_w = lb.hand_advantages(1, 8, "group")
+    a_c, a_w = lb.binary_advantages(1, 8, "group")
     assert a_c == pytest.approx((7 / 8) / (math.sqrt(1 / 8) + 1e-4), abs=1e-12)
     assert a_w == pytest.approx((-1 / 8) / (math.sqrt(1 / 8) + 1e-4), abs=1e-12)
-    assert lb.hand_advantages(1, 8, "none") == pytest.approx((0.875, -0.125))
+    assert lb.binary_advantages(1, 8, "none") == pytest.approx((0.875, -0.125))
 
 
 def test_advantage_check_matches_group_advantages():
@@ -59,7 +61,7 @@ def test_weight_check_zero_error_and_hand_weight():
     assert lb.hand_weight(GRPO, 100, -0.866, 4) == pytest.approx(0.866 / 400)
     assert lb.hand_weight(DR, 10, 0.5, 4) == pytest.approx(-0.5 / 512)
     with pytest.raises(ValueError, match="aggregation"):
-        lb.hand_weight(LossConfig("token", 0.2, 0.2, "token_mean"), 10, 1.0, 1)
+        lb.hand_weight(LossConfig(ratio_level="token", eps_low=0.2, eps_high=0.2, aggregation="token_mean"), 10, 1.0, 1)
 
 
 def test_presets_use_the_two_objectives():
@@ -83,10 +85,10 @@ def test_growth_short_runs_and_empty_windows():
 
 
 def test_growth_table_and_eval_table():
-    runs = {"grpo/seed0": [{"len/incorrect": 10.0, "acc/mean": 0.5}, {"len/incorrect": 14.0, "acc/mean": 0.75}]}
-    t = lb.growth_table(runs, keys=("len/incorrect", "acc/mean"))
+    by_run = {"grpo/seed0": [{"len/incorrect": 10.0, "acc/mean": 0.5}, {"len/incorrect": 14.0, "acc/mean": 0.75}]}
+    t = lb.growth_table(by_run, keys=("len/incorrect", "acc/mean"))
     assert t.loc["grpo/seed0"].tolist() == pytest.approx([4.0, 0.25])
     s = {"eval_start": {"acc/sample": 0.5, "len/mean": 20.0}, "eval_end": {"acc/sample": 0.6, "len/mean": 25.0}}
-    e = lb.eval_table({"grpo/seed0": s}, keys=("acc/sample", "len/mean"))
+    e = runs.eval_table({"grpo/seed0": s}, keys=("acc/sample", "len/mean"))
     assert e.loc["grpo/seed0", ("len/mean", "end")] == 25.0
     assert e.loc["grpo/seed0", ("acc/sample", "start")] == 0.5

@@ -1,14 +1,15 @@
 """GSPO identities (Eq. 7, 13-14) and the Sec. 5.2 run summaries, on hand-made numbers."""
+import dataclasses
 import math
 
 import pytest
 import torch
 
 from gpolib import LossConfig, presets
-from gpolib import gspo_checks as gc
+from gpolib.lab import gspo as gc
 
 GSPO = presets.get("gspo").loss
-WIDE = LossConfig("sequence", 0.2, 0.28, "seq_mean_token_mean")
+WIDE = LossConfig(ratio_level="sequence", eps_low=0.2, eps_high=0.28, aggregation="seq_mean_token_mean")
 
 
 def test_sequence_ratio_direct_hand_numbers():
@@ -32,14 +33,14 @@ def test_gspo_token_equals_gspo(cfg, scale):
     b = gc.random_batch(scale=scale, seed=3)
     value_err, grad_err = gc.token_equivalence(b, cfg)
     assert value_err < 1e-12 and grad_err < 1e-12
-    _, grad = gc.loss_and_grad(b, LossConfig("sequence_token", cfg.eps_low, cfg.eps_high, cfg.aggregation))
+    _, grad = gc.loss_and_grad(b, dataclasses.replace(cfg, ratio_level="sequence_token"))
     assert float(grad.abs().max()) > 1e-3  # the identity is not 0 = 0
 
 
 def test_one_token_gspo_equals_grpo_but_not_for_longer_responses():
     b = gc.random_batch(scale=0.3, seed=4)
     assert max(gc.one_token_err(b, WIDE)) < 1e-12
-    tok = LossConfig("token", 0.2, 0.28, "seq_mean_token_mean")
+    tok = LossConfig(ratio_level="token", eps_low=0.2, eps_high=0.28, aggregation="seq_mean_token_mean")
     assert gc.loss_diff(b, WIDE, tok)[1] > 1e-4
 
 

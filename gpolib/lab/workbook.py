@@ -26,7 +26,7 @@ from typing import Any
 import nbformat
 import yaml
 
-from . import paths, report
+from .. import paths
 
 _NB_RE = re.compile(r"^(\d\d)_.+\.ipynb$")
 _MISSING = object()
@@ -251,6 +251,8 @@ def reproduce(profile: str = "full", only: list[str] | None = None, force: bool 
     print(f"workbook [{profile}]: ran {len(ran)}, up to date {len(jobs) - len(ran)} "
           f"of {len(jobs)} notebooks in {time.time() - start:.0f} s", flush=True)
     if build_report:
+        from . import report  # the claims' verdicts import the lab modules: only when a report is built
+
         print(f"scoreboard: {report.build(profile, root=root)}", flush=True)
         if profile == "full" and report.update_readme(profile, root=root):
             print("README scoreboard updated", flush=True)
@@ -287,7 +289,7 @@ def add_cli(subparsers) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m gpolib.workbook reproduce ...`; returns the exit code."""
+    """`python -m gpolib.lab.workbook reproduce ...`; returns the exit code."""
     parser = argparse.ArgumentParser(prog="gpolib")
     add_cli(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)

@@ -1,20 +1,27 @@
-"""GSPO's identities (Zheng et al., 2025, Eq. 7, 13-14) and the clip-share comparison of Sec. 5.2.
+"""Notebook 04, GSPO (Zheng et al., 2025): its identities (Eq. 7, 13-14) and the clip share of Sec. 5.2.
 
 - the sequence ratio s_i as a geometric mean of token ratios, `seq_ratio_err`;
 - GSPO-token equals GSPO in value and gradient under per-sequence advantages, `token_equivalence`;
 - GSPO equals GRPO when every response has one token, `one_token_err`;
-- per-run clip share and final reward from training metrics, `clip_share`, `final_mean`, `run_table`.
+- the two arms of Sec. 5.2, `ARMS`; per-run clip share and final reward, `clip_share`, `final_mean`, `run_table`;
+- P1-P5: `verdict_p1` ... `verdict_p5` (P3-P5, GSPO on the MoE, are measured in a later notebook).
 Derivations live in notebook 04; docstrings name the formula they compute.
 """
 from __future__ import annotations
 
-import math
+import dataclasses
 
 import pandas as pd
 import torch
 
-from .config import LossConfig
-from .objectives import policy_loss, sequence_log_ratio
+from ..config import LossConfig
+from ..objectives import policy_loss, sequence_log_ratio
+from .runs import mean_over, window
+from .verdicts import NOISE_Z, NOT, PARTLY, REPRODUCED, EXACT_TOL, Verdict, at_least, grade, mean, seed_noise, seeds_text
+
+ARMS = {"gspo": {"preset": "gspo"},
+        "grpo": {"preset": "grpo", "mu": 4, "loss_eps_high": 0.28}}
+"""GSPO Sec. 5.2: GSPO (3e-4 / 4e-4) against GRPO with Clip-Higher (0.2 / 0.28), both with 4 minibatches"""
 
 
 # ---------------------------------------------------------------- random inputs
@@ -72,9 +79,8 @@ def token_equivalence(batch: dict, cfg: LossConfig) -> tuple[float, float]:
     With A_{i,t} = A_i both have the same value and gradient; returns (value error, gradient error).
     `cfg` fixes clip ranges and aggregation; only `ratio_level` is switched.
     """
-    seq = LossConfig("sequence", cfg.eps_low, cfg.eps_high, cfg.aggregation, cfg.max_len)
-    seq_tok = LossConfig("sequence_token", cfg.eps_low, cfg.eps_high, cfg.aggregation, cfg.max_len)
-    return loss_diff(batch, seq, seq_tok)
+    seq = dataclasses.replace(cfg, ratio_level="sequence")
+    return loss_diff(batch, seq, dataclasses.replace(cfg, ratio_level="sequence_token"))
 
 
 def one_token_err(batch: dict, cfg: LossConfig) -> tuple[float, float]:
@@ -84,9 +90,8 @@ def one_token_err(batch: dict, cfg: LossConfig) -> tuple[float, float]:
     """
     one = {k: (v[:, :1] if v.dim() == 2 else v) for k, v in batch.items()}
     one["mask"] = torch.ones_like(one["mask"])  # (B, 1)
-    seq = LossConfig("sequence", cfg.eps_low, cfg.eps_high, cfg.aggregation, cfg.max_len)
-    tok = LossConfig("token", cfg.eps_low, cfg.eps_high, cfg.aggregation, cfg.max_len)
-    return loss_diff(one, seq, tok)
+    seq = dataclasses.replace(cfg, ratio_level="sequence")
+    return loss_diff(one, seq, dataclasses.replace(cfg, ratio_level="token"))
 
 
 def clipped_rows(batch: dict, cfg: LossConfig) -> int:
@@ -97,20 +102,14 @@ def clipped_rows(batch: dict, cfg: LossConfig) -> int:
 
 # ---------------------------------------------------------------- Sec. 5.2: training summaries
 
-def _values(rows: list, key: str) -> list[float]:
-    return [float(r[key]) for r in rows if r.get(key) is not None and not math.isnan(float(r[key]))]
-
-
 def clip_share(metrics: list, key: str = "clip/frac") -> float:
     """Mean of `key` over all steps (share of tokens clipped, averaged over the run); nan if none."""
-    vals = _values(metrics, key)
-    return sum(vals) / len(vals) if vals else float("nan")
+    return mean_over(metrics, key)
 
 
 def final_mean(metrics: list, key: str = "reward/mean", frac: float = 0.2) -> float:
     """Mean of `key` over the last max(1, round(frac * n_steps)) steps; nan if none."""
-    k = max(1, round(frac * len(metrics)))
-    return clip_share(metrics[-k:], key)
+    return mean_over(window(metrics, frac, "last"), key)
 
 
 def run_table(metrics_by_run: dict, frac: float = 0.2) -> pd.DataFrame:
@@ -120,3 +119,46 @@ def run_table(metrics_by_run: dict, frac: float = 0.2) -> pd.DataFrame:
                   "acc (last 20%)": final_mean(m, "acc/mean", frac)}
             for run, m in metrics_by_run.items()}
     return pd.DataFrame.from_dict(rows, orient="index")
+
+
+# ---------------------------------------------------------------- verdicts
+
+def verdict_p1(e: dict) -> Verdict:
+    keys = ("seq_ratio_err", "token_eq_err_value", "token_eq_err_grad", "one_token_err")
+    worst = max(e[k] for k in keys)
+    return (REPRODUCED if worst <= EXACT_TOL else NOT), f"largest identity error {worst:.1e}"
+
+
+def verdict_p2(e: dict) -> Verdict:
+    ratio = mean(e["clip_gspo"]) / max(mean(e["clip_grpo"]), 1e-12)
+    diff = mean(e["reward_gspo"]) - mean(e["reward_grpo"])
+    noise = seed_noise(e["reward_gspo"], e["reward_grpo"])
+    v = grade([at_least(ratio, 10), at_least(diff, -NOISE_Z * noise)])
+    return v, f"clip share GSPO/GRPO = {ratio:.1f}x; final reward diff {diff:+.3f} (noise {noise:.3f})"
+
+
+def verdict_p3(e: dict) -> Verdict:
+    layers = e["route_change_per_layer"]
+    spread = e["ratio_spread_moe"] > e["ratio_spread_dense"]
+    v = REPRODUCED if min(layers) > 0.01 and spread else PARTLY if max(layers) > 0.01 or spread else NOT
+    return v, ("routing change per layer " + ", ".join(f"{100 * x:.1f}%" for x in layers)
+               + f"; token-ratio spread MoE {e['ratio_spread_moe']:.3g} vs dense {e['ratio_spread_dense']:.3g}")
+
+
+def verdict_p4(e: dict) -> Verdict:
+    gspo, plain = e["reward_gspo"], e["reward_grpo_no_replay"]
+    diff = mean(gspo) - mean(plain)
+    v = REPRODUCED if diff >= 0 else PARTLY if diff >= -NOISE_Z * seed_noise(gspo, plain) else NOT
+    return v, (f"final reward GSPO {seeds_text(gspo)}, GRPO no replay {seeds_text(plain)}, "
+               f"GRPO + replay {seeds_text(e['reward_grpo_replay'])}")
+
+
+def verdict_p5(e: dict) -> Verdict:
+    eng, rec = e["reward_engine"], e["reward_recompute"]
+    diff = mean(eng) - mean(rec)
+    v = grade([abs(diff) <= NOISE_Z * seed_noise(eng, rec), e["seq_mismatch"] < e["token_mismatch"]])
+    return v, (f"reward engine - recompute {diff:+.3f} (noise {seed_noise(eng, rec):.3f}); "
+               f"mismatch seq {e['seq_mismatch']:.3g} vs token {e['token_mismatch']:.3g}")
+
+
+VERDICTS = {"P1": verdict_p1, "P2": verdict_p2, "P3": verdict_p3, "P4": verdict_p4, "P5": verdict_p5}

@@ -1,0 +1,190 @@
+"""Claims scoreboard: one verdict per claim of DESIGN.md, from measured numbers.
+
+A notebook's last cell calls `record(claim_id, evidence, runs, PROFILE)`. The claims' text (paper,
+criterion, evidence keys) is the table `claims.yaml`; each claim's verdict, a function from an
+evidence dict to `(verdict, ours_text)`, sits beside its measurement in the notebook's module
+(`VERDICTS` of grpo.py, ratio_decay.py, dapo.py, gspo.py, gfpo.py, dr_grpo.py, ppo_vapo.py).
+`build(profile)` gathers the records into `claims.json` and `claims.md`.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from .. import paths
+from . import dapo, dr_grpo, gfpo, grpo, gspo, ppo_vapo, ratio_decay
+from .verdicts import NOT, NOT_RUN, PARTLY, REPRODUCED, Verdict  # noqa: F401  (the verdict words, re-exported)
+
+CLAIMS_FILE = Path(__file__).with_name("claims.yaml")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim of DESIGN.md and how to judge it."""
+
+    id: str
+    """claim id used in notebooks, tests and the scoreboard"""
+    paper: str
+    """source paper"""
+    section: str
+    """section / equation / table in that paper"""
+    claim: str
+    """the claim in one line"""
+    paper_number: str
+    """the paper's own number or statement, short"""
+    criterion: str
+    """criterion at our scale"""
+    notebook: str
+    """notebook that measures it"""
+    evidence: tuple[str, ...]
+    """keys that `record` requires in the evidence dict"""
+    judge: Callable[[dict], Verdict]
+    """evidence -> (verdict, ours_text), from the notebook's module"""
+
+
+def _load_claims() -> dict[str, Claim]:
+    verdicts = {**grpo.VERDICTS, **ratio_decay.VERDICTS, **dapo.VERDICTS, **gspo.VERDICTS, **gfpo.VERDICTS,
+                **dr_grpo.VERDICTS, **ppo_vapo.VERDICTS}
+    rows = yaml.safe_load(CLAIMS_FILE.read_text())
+    missing = sorted({r["id"] for r in rows} ^ set(verdicts))
+    if missing:
+        raise RuntimeError(f"claims without a verdict or verdicts without a claim: {missing}")
+    return {r["id"]: Claim(**{**r, "section": str(r["section"]), "evidence": tuple(r["evidence"])},
+                           judge=verdicts[r["id"]]) for r in rows}
+
+
+CLAIMS: dict[str, Claim] = _load_claims()
+"""claim id -> Claim, in scoreboard order"""
+
+
+# ---------------------------------------------------------------- record and build
+
+def _plain(x: Any) -> Any:
+    """JSON fallback for numpy scalars/arrays and 0-d tensors."""
+    if hasattr(x, "tolist"):
+        return x.tolist()
+    if hasattr(x, "item"):
+        return x.item()
+    raise TypeError(f"evidence value of type {type(x).__name__} is not JSON serialisable")
+
+
+def _relative(run: str | Path, root: Path | str | None) -> str:
+    """Run paths are stored relative to the repository root when they lie inside it."""
+    if not Path(run).is_absolute():
+        return str(run)
+    base = Path(root) if root is not None else paths.repo_root()
+    try:
+        return str(Path(run).resolve().relative_to(base.resolve()))
+    except ValueError:
+        return str(run)
+
+
+def judge(claim_id: str, evidence: dict) -> Verdict:
+    """Validate the id and evidence keys, then apply the claim's criterion."""
+    if claim_id not in CLAIMS:
+        raise ValueError(f"unknown claim id {claim_id!r}; known: {', '.join(CLAIMS)}")
+    claim = CLAIMS[claim_id]
+    missing = [k for k in claim.evidence if k not in evidence]
+    if missing:
+        raise ValueError(f"claim {claim_id}: evidence is missing {', '.join(missing)} (needs {', '.join(claim.evidence)})")
+    plain = json.loads(json.dumps(evidence, default=_plain))
+    return claim.judge(plain)
+
+
+def record(claim_id: str, evidence: dict, runs: list[str], profile: str,
+           root: Path | str | None = None) -> dict:
+    """Judge a claim, write `claims_dir(profile)/<id>.json`, print one line, return the record."""
+    verdict, ours = judge(claim_id, evidence)
+    claim = CLAIMS[claim_id]
+    rec = {"id": claim_id, "verdict": verdict, "ours": ours, "paper": claim.paper_number,
+           "paper_name": f"{claim.paper} {claim.section}", "claim": claim.claim,
+           "criterion": claim.criterion, "notebook": claim.notebook, "runs": [_relative(r, root) for r in runs],
+           "evidence": evidence, "profile": profile,
+           "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    out = paths.claims_dir(profile, root) / f"{claim_id}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(rec, indent=2, default=_plain) + "\n")
+    print(f"{claim_id} [{profile}]: {verdict.upper()} — {ours}")
+    return json.loads(out.read_text())
+
+
+def collect(profile: str = "full", root: Path | str | None = None) -> list[dict]:
+    """One entry per registry claim, in order; claims without a record are 'not yet run'."""
+    folder, rows = paths.claims_dir(profile, root), []
+    for cid, claim in CLAIMS.items():
+        f = folder / f"{cid}.json"
+        rec = json.loads(f.read_text()) if f.exists() else {
+            "id": cid, "verdict": NOT_RUN, "ours": "", "paper": claim.paper_number,
+            "criterion": claim.criterion, "notebook": claim.notebook, "runs": []}
+        rows.append({**rec, "paper_name": f"{claim.paper} {claim.section}", "claim": claim.claim})
+    return rows
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def scoreboard_markdown(profile: str = "full", root: Path | str | None = None) -> str:
+    """The scoreboard as a markdown table (for claims.md and the README)."""
+    head = "| id | paper | claim | paper's number | ours | criterion | verdict | notebook |"
+    lines = [head, "|" + "---|" * 8]
+    for r in collect(profile, root):
+        cells = [r["id"], r["paper_name"], r["claim"], r["paper"], r["ours"], r["criterion"],
+                 f"**{r['verdict']}**", f"{r['notebook']}.ipynb"]
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def build(profile: str = "full", root: Path | str | None = None) -> Path:
+    """Write `claims.json` and `claims.md` into `reports_dir(profile)`; returns claims.json."""
+    out = paths.reports_dir(profile, root)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = collect(profile, root)
+    (out / "claims.json").write_text(json.dumps(rows, indent=2, default=_plain) + "\n")
+    note = ("\n> Smoke profile: tiny budgets that check the code runs; these numbers are "
+            "not a replication.\n" if profile == "smoke" else "")
+    (out / "claims.md").write_text(f"# Claims scoreboard ({profile} profile)\n{note}\n"
+                                   + scoreboard_markdown(profile, root))
+    return out / "claims.json"
+
+
+README_MARKERS = ("<!-- scoreboard:start -->", "<!-- scoreboard:end -->")
+README_FIGURES = ("01_grpo_curves.png", "02_ratio_vs_length.png")
+
+
+def readme_section(profile: str = "full", root: Path | str | None = None) -> str:
+    """Short scoreboard for the README: claims that have run, a count of the rest, two figures."""
+    rows = collect(profile, root)
+    done = [r for r in rows if r["verdict"] != NOT_RUN]
+    lines = ["| id | claim | paper | ours | verdict |", "|---|---|---|---|---|"]
+    lines += ["| " + " | ".join(_cell(c) for c in (r["id"], r["claim"], r["paper"], r["ours"], f"**{r['verdict']}**"))
+              + " |" for r in done]
+    waiting = [r["id"] for r in rows if r["verdict"] == NOT_RUN]
+    text = "\n".join(lines) + "\n"
+    if waiting:
+        text += f"\nNot yet run: {', '.join(waiting)} (their notebooks come next). Full table: `reports/claims.md`.\n"
+    figs = paths.figures_dir(profile, root)
+    for name in README_FIGURES:
+        if (figs / name).exists():
+            text += f"\n![{name}]({(figs / name).relative_to(paths.repo_root() if root is None else Path(root))})\n"
+    return text
+
+
+def update_readme(profile: str = "full", root: Path | str | None = None) -> bool:
+    """Replace the README's scoreboard section (between the markers); False if it has none."""
+    readme = (paths.repo_root() if root is None else Path(root)) / "README.md"
+    if not readme.exists():
+        return False
+    text = readme.read_text()
+    start, end = README_MARKERS
+    if start not in text or end not in text:
+        return False
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    readme.write_text(f"{head}{start}\n{readme_section(profile, root)}{end}{tail}")
+    return True

@@ -1,0 +1,47 @@
+"""lab.runs: arms x seeds -> configs (one definition per notebook), run folders, windows of steps."""
+import math
+
+
+from gpolib import presets
+from gpolib.lab import dr_grpo, gfpo, gspo, runs
+
+BUDGET = runs.budget(steps=3, prompts_per_step=4, group_size=8, eval_prompts=8, eval_samples=1,
+                     model="data/models/tiny-qwen3", device="cpu", dtype="float32")
+
+
+def test_configs_cross_arms_with_seeds_and_keep_the_arms_fields():
+    cfgs = runs.configs(gspo.ARMS, BUDGET, seeds=range(2))
+    assert list(cfgs) == ["gspo/seed0", "gspo/seed1", "grpo/seed0", "grpo/seed1"]
+    assert cfgs["grpo/seed1"] == presets.get("grpo", **BUDGET, seed=1, mu=4, loss_eps_high=0.28)
+    assert cfgs["gspo/seed0"] == presets.get("gspo", **BUDGET, seed=0)
+    diff = runs.config_diff(cfgs["gspo/seed0"], cfgs["grpo/seed0"])
+    assert set(diff) == {"name", "loss"} and diff["name"] == ("gspo", "grpo")  # both mu = 4
+
+
+def test_arm_fields_win_over_the_budget():
+    shared = {k: v for k, v in BUDGET.items() if k != "group_size"}
+    cfgs = runs.configs(gfpo.ARMS, {**shared, "seed": 0})
+    assert list(cfgs) == list(gfpo.ARMS)
+    assert cfgs["grpo"].gfpo_k is None and cfgs["grpo"].group_size == 8 and cfgs["grpo"].name == "grpo"
+    assert (cfgs["gfpo-k4-g16-short"].group_size, cfgs["gfpo-k4-g16-short"].gfpo_k) == (16, 4)
+    assert runs.configs(dr_grpo.ARMS, BUDGET, seeds=[2])["dr_grpo/seed2"].loss.max_len == 96
+
+
+def test_run_dirs_are_keyed_by_configuration():
+    cfgs = runs.configs(gspo.ARMS, BUDGET, seeds=range(2))
+    dirs = runs.run_dirs("smoke", "04_gspo", cfgs)
+    assert dirs["gspo/seed0"].parts[-3:-1] == ("runs", "04_gspo") and "smoke" in dirs["grpo/seed1"].parts
+    assert dirs["gspo/seed0"].name.startswith("gspo-seed0-") and len(dirs["gspo/seed0"].name) == len("gspo-seed0-") + 8
+    assert len(set(dirs.values())) == 4
+    changed = runs.run_dirs("smoke", "04_gspo", {k: c.replace(steps=4) for k, c in cfgs.items()})
+    assert all(changed[k] != dirs[k] and changed[k].parent == dirs[k].parent for k in cfgs)
+    table = runs.folder_table(dirs)
+    assert list(table.index) == list(cfgs) and table.loc["grpo/seed1", "folder"].startswith("reports/smoke/runs/04_gspo/")
+    assert not table["finished"].any()
+
+
+def test_windows_and_means_skip_none_and_nan():
+    rows = [{"x": 1.0}, {"x": None}, {"x": float("nan")}, {"x": 3.0}, {"y": 1.0}]
+    assert runs.mean_over(rows, "x") == 2.0 and math.isnan(runs.mean_over(rows, "z"))
+    assert runs.window(rows, 0.4) == rows[-2:] and runs.window(rows, 0.4, "first") == rows[:2]
+    assert runs.window(rows[:2], 0.01) == rows[1:2]  # at least one step

@@ -1,0 +1,85 @@
+"""The shape of the package (issue 12): small core modules and functions, no import cycle, no process
+change on import, notebooks that take their helpers from gpolib.lab only."""
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PKG = ROOT / "gpolib"
+CORE_API = {"gpolib", "gpolib.config", "gpolib.presets", "gpolib.objectives", "gpolib.train", "gpolib.models",
+            "gpolib.rollout", "gpolib.rewards", "gpolib.tasks", "gpolib.runtime", "gpolib.metrics"}
+"""core modules a notebook may use as a library user would; every notebook helper comes from gpolib.lab"""
+
+
+def _modules() -> dict:
+    out = {}
+    for f in PKG.rglob("*.py"):
+        parts = list(f.relative_to(ROOT).with_suffix("").parts)
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = f
+    return out
+
+
+def _imports(name: str, f: Path, known: dict) -> set:
+    """gpolib modules imported anywhere in the file (functions and `if TYPE_CHECKING` blocks included)."""
+    pkg = name if f.name == "__init__.py" else name.rsplit(".", 1)[0]
+    deps = set()
+    for node in ast.walk(ast.parse(f.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = pkg.split(".")[: len(pkg.split(".")) - node.level + 1] if node.level else []
+            target = ".".join(base + ([node.module] if node.module else []))
+            deps |= {t for t in [target] + [f"{target}.{a.name}" for a in node.names] if t in known}
+        elif isinstance(node, ast.Import):
+            deps |= {a.name for a in node.names if a.name in known}
+    return deps - {name}
+
+
+def test_core_modules_and_functions_are_small():
+    core = [f for f in PKG.glob("*.py")]
+    assert [f.name for f in core if len(f.read_text().splitlines()) > 300] == []
+    long = [(str(f.relative_to(ROOT)), n.name) for f in PKG.rglob("*.py") for n in ast.walk(ast.parse(f.read_text()))
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > 50]
+    assert long == []
+
+
+def test_no_import_cycle():
+    mods = _modules()
+    graph = {m: _imports(m, f, mods) for m, f in mods.items()}
+    packages = {m for m, f in mods.items() if f.name == "__init__.py"}  # a submodule always runs its package first
+
+    def reach(start):
+        seen, todo = set(), [start]
+        while todo:
+            for d in graph[todo.pop()] - packages:
+                if d not in seen:
+                    seen.add(d)
+                    todo.append(d)
+        return seen
+    assert [m for m in graph if m not in packages and m in reach(m)] == []
+
+
+def test_import_changes_nothing_in_the_process():
+    code = ("import os, sys; before = dict(os.environ); import gpolib, gpolib.presets, gpolib.config; "
+            "print(dict(os.environ) == before, 'torch' in sys.modules)")
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, check=True)
+    assert out.stdout.split() == ["True", "False"]  # no environment change, torch not loaded
+
+
+def test_notebooks_take_helpers_from_the_lab_only():
+    for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        cells = [c for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "code"]
+        used = set()
+        for c in cells:
+            for node in ast.walk(ast.parse("".join(c["source"]))):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("gpolib"):
+                    used |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+                elif isinstance(node, ast.Import):
+                    used |= {a.name for a in node.names if a.name.startswith("gpolib")}
+        modules = {u for u in used if u in _modules()}
+        assert all(m in CORE_API or m.startswith("gpolib.lab") for m in modules), (nb.name, modules - CORE_API)
+        assert any(m.startswith("gpolib.lab") for m in modules), nb.name
+        first = "".join(cells[1]["source"])  # the cell after `parameters`
+        assert first.startswith("from gpolib.runtime import setup_threads\n\nsetup_threads()"), nb.name
