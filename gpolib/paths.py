@@ -26,6 +26,15 @@ def resolve(path: str | Path) -> Path:
     return alt if alt.exists() else p
 
 
+def relative(path: str | Path) -> str:
+    """`path` relative to the repository root when it lies inside it (as committed files name it), else as given."""
+    p = Path(path)
+    try:
+        return p.resolve().relative_to(repo_root()).as_posix()
+    except ValueError:
+        return str(path)
+
+
 def reports_dir(profile: str = "full", root: Path | str | None = None) -> Path:
     """`reports/` for full, `reports/<profile>/` for the others."""
     if profile not in _SUBDIR:

@@ -1,7 +1,7 @@
 """A run directory: config, lock, metrics log, checksummed atomic checkpoints, run cache.
 
 Layout of out_dir:
-  config.json        the TrainConfig (its fingerprint is the run-cache key)
+  config.json        the TrainConfig and the fingerprints of its model and task files (gpolib.identity)
   metrics.jsonl      one JSON object per finished step
   summary.json       written last; its presence with `finished: true` means the run is reusable
   ckpt-<step>.pt     trainable weights, optimiser, scheduler, RNG, metrics (+ .sha256 sidecar)
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from . import jsonio
+from . import identity, jsonio
 from .config import TrainConfig
 
 KEEP_CHECKPOINTS = 2
@@ -26,6 +26,10 @@ KEEP_CHECKPOINTS = 2
 
 class RunLockedError(RuntimeError):
     pass
+
+
+class RunMismatchError(ValueError):
+    """The folder holds a run of another config, or one computed on other model or task files."""
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -58,22 +62,50 @@ class RunDir:
 
     # -- config and cache ---------------------------------------------------
     def check_config(self) -> None:
-        """Write config.json, or raise if the directory holds a run of another config."""
+        """Write config.json, or raise RunMismatchError if the directory holds a run of another config or data."""
         self.path.mkdir(parents=True, exist_ok=True)
         cfg_path = self.path / "config.json"
+        data = identity.data_fingerprint(self.cfg)
         if cfg_path.exists():
             old = json.loads(cfg_path.read_text())
             diff = TrainConfig.same_run(old.get("config", {}), self.cfg)
             if diff:
-                raise ValueError(f"{self.path} holds a run of a different config (fields differ: {diff}); "
-                                 "use another out_dir or delete it")
+                raise RunMismatchError(f"{self.path} holds a run of a different config (fields differ: {diff}); "
+                                       "use another out_dir or delete it")
+            stale = identity.data_diff(old.get("data"), data)
+            if stale == ["unknown"]:
+                raise RunMismatchError(
+                    f"{self.path} holds a run recorded without a fingerprint of its model and task files, so "
+                    "whether it was computed on the current ones cannot be known; it is treated as stale: "
+                    "delete it or use another out_dir")
+            if stale:
+                raise RunMismatchError(f"{self.path} holds a stale run: it was computed on other data "
+                                       f"({', '.join(stale)} changed since); delete it or use another out_dir")
         else:
-            blob = {"fingerprint": self.cfg.fingerprint(), "config": self.cfg.to_dict()}
+            blob = {"fingerprint": self.cfg.fingerprint(), "data": data, "config": self.cfg.to_dict()}
             _atomic_write(cfg_path, jsonio.dumps(blob, indent=1).encode())
 
     def finished(self) -> bool:
         s = self.path / "summary.json"
         return s.exists() and json.loads(s.read_text()).get("finished", False)
+
+    def save_adapter(self, model) -> None:
+        """`model.save_pretrained` into adapter/, naming the base model as configured (`cfg.model`).
+
+        peft writes the resolved local path into adapter_config.json and the adapter's README; a committed
+        run must not carry this machine's absolute path, and the configured name loads from any checkout.
+        """
+        out = self.path / "adapter"
+        model.save_pretrained(str(out))
+        cfg_file = out / "adapter_config.json"
+        meta = json.loads(cfg_file.read_text())
+        local = meta.get("base_model_name_or_path")
+        if local and local != self.cfg.model:
+            meta["base_model_name_or_path"] = self.cfg.model
+            _atomic_write(cfg_file, (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode())
+            readme = out / "README.md"
+            if readme.exists():
+                readme.write_text(readme.read_text().replace(local, self.cfg.model))
 
     # -- lock ---------------------------------------------------------------
     def acquire(self) -> None:

@@ -178,7 +178,7 @@ def _train_locked(cfg: TrainConfig, run: RunDir, progress: bool) -> list:
             run.save_checkpoint(step + 1, ckpt)
     evals.append(trainer.evaluate(cfg.steps))
     if cfg.lora_r > 0:
-        trainer.model.save_pretrained(str(run.path / "adapter"))
+        run.save_adapter(trainer.model)
     run.write_summary({"fingerprint": cfg.fingerprint(), "finished": True, "steps": cfg.steps, "eval": evals,
                        "eval_start": evals[0], "eval_end": evals[-1], "wall_s": wall + time.perf_counter() - t_start})
     return metrics

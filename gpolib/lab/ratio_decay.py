@@ -2,7 +2,7 @@
 
 After mu >= 2 updates on one batch, the product of token ratios of a response drifts with its length
 while the sequence ratio s_i (a geometric mean) does not:
-- per-response ratios of the updated policy to pi_old, `ratio_step`, `ratio_records`;
+- per-response ratios of the updated policy to pi_old, `ratio_step`, `ratio_records` (`cached_records`: once per config);
 - equal-count length buckets, `bucket_stats`; extreme product ratios, `extreme_share`;
 - S1: `verdict_s1`.
 """
@@ -37,6 +37,23 @@ def ratio_step(trainer, step: int) -> pd.DataFrame:
 def ratio_records(trainer, steps: int, start: int = 0) -> pd.DataFrame:
     """`ratio_step` for steps start..start+steps-1 (training continues across them); one row per response."""
     return pd.concat([ratio_step(trainer, s) for s in range(start, start + steps)], ignore_index=True)
+
+
+def cached_records(cfg, run_dir) -> pd.DataFrame:
+    """`ratio_records` of a fresh `Trainer(cfg)` over cfg.steps, saved to `run_dir/ratios.csv`; a finished folder
+    of the same config and data (`RunDir.check_config`, stale folders are refused) is read back instead."""
+    from ..rundir import RunDir
+    from ..train import Trainer
+
+    run = RunDir(run_dir, cfg)
+    run.check_config()
+    csv = run.path / "ratios.csv"
+    if run.finished() and csv.exists():
+        return pd.read_csv(csv)
+    df = ratio_records(Trainer(cfg), cfg.steps)
+    df.to_csv(csv, index=False)
+    run.write_summary({"fingerprint": cfg.fingerprint(), "finished": True, "steps": cfg.steps})
+    return df
 
 
 def bucket_stats(df: pd.DataFrame, n_buckets: int) -> pd.DataFrame:
