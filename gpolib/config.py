@@ -131,8 +131,14 @@ class TrainConfig:
     routing_replay: bool = False
     """MoE only (GSPO Sec. 5.3): replay the rollout's expert choices in the training forward passes."""
     backend: str = "hf"
-    """rollout engine: 'hf' (transformers forward + KV cache, finished rows dropped) or 'hf_generate'
-    (transformers generate). 'vllm' exists in gpolib.rollout but is not wired into the loop yet."""
+    """rollout engine: 'hf' (transformers forward + KV cache, finished rows dropped), 'hf_generate'
+    (transformers generate), or 'vllm' (optional extra, CUDA; the policy reaches it as a LoRA adapter
+    each optimizer step, see gpolib/vllm_backend.py)."""
+    vllm_gpu_memory_utilization: float = 0.3
+    """backend='vllm': share of GPU memory the engine may take (weights + KV cache); the trainer uses the rest."""
+    vllm_sleep: bool = False
+    """backend='vllm': the engine sleeps during each update (weights to CPU memory, KV cache freed) and wakes
+    for the next rollout, trading wake-up time for the update's memory."""
     device: str = "cpu"
     """'cpu', 'cuda' or 'auto'."""
     dtype: str = "float32"

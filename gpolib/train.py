@@ -50,6 +50,7 @@ class Trainer:
         self.model, self.tok = load_policy(cfg.model, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha, device=self.device,
                                            dtype=cfg.dtype, gradient_checkpointing=checkpointing)
         check_fits(cfg, self.model)
+        self.engine = _vllm_engine(cfg) if cfg.backend == "vllm" else None
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.opt = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay)
         warm = cfg.warmup_steps
@@ -63,6 +64,8 @@ class Trainer:
 
     def update(self, batch: Batch, step: int) -> dict:
         """Phase 2: pi_old and the mu minibatch updates (`update.update`); the update metrics."""
+        if self.engine is not None:
+            self.engine.release()  # vLLM sleep mode: the update gets the engine's GPU memory
         return update(self, batch, step)
 
     def evaluate(self, step: int) -> dict:
@@ -85,8 +88,10 @@ class Trainer:
         self.model.eval()
         with cpu_threads(c.rollout_threads if self.device == "cpu" else 0):
             prompts = [render_prompt(self.tok, t["prompt"], c.prompt_style) for t in tasks]
+            if self.engine is not None:  # the engine samples from the adapter of this optimizer step
+                self.engine.sync(self.model, self.sched.last_epoch)
             return generate(self.model, self.tok, prompts, group_size, c.max_new_tokens,
-                            c.temperature, c.top_p, c.backend, greedy=greedy)
+                            c.temperature, c.top_p, c.backend, greedy=greedy, engine=self.engine)
 
     def score(self, ro: Rollout, tasks: list) -> tuple:
         """Correctness (B,) and shaped reward (B,) of a rollout."""
@@ -125,6 +130,16 @@ class Trainer:
         self.sched.load_state_dict(state["sched"])
         self.group_means = list(state["group_means"])
         torch.set_rng_state(state["rng"])
+
+
+def _vllm_engine(cfg: TrainConfig):
+    """The run's vLLM engine: the base model loaded once, LoRA enabled, memory share and sleep mode from cfg."""
+    from .models import resolve_path
+    from .vllm_backend import PolicyEngine, make_engine
+
+    llm = make_engine(resolve_path(cfg.model), max_lora_rank=cfg.lora_r, gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+                      dtype=cfg.dtype, enable_sleep_mode=cfg.vllm_sleep, seed=cfg.seed)
+    return PolicyEngine(llm, sleep=cfg.vllm_sleep)
 
 
 def train_step(trainer: Trainer, step: int) -> dict:

@@ -15,7 +15,7 @@ ADVANTAGE_ESTIMATORS = ("group", "gae")
 OVERLONG_MODES = ("none", "shaping", "filter")
 GFPO_METRICS = ("length", "efficiency")
 OLD_LOGP_SOURCES = ("trainer", "engine")
-BACKENDS = ("hf", "hf_generate")
+BACKENDS = ("hf", "hf_generate", "vllm")
 DEVICES = ("cpu", "cuda", "auto")
 DTYPES = ("float32", "bfloat16", "float16")
 PROMPT_STYLES = ("auto", "raw", "chat")
@@ -65,9 +65,8 @@ def check_fields(cfg) -> None:
             fail(name, getattr(cfg, name), "a non-empty string")
     for name, options in _CHOICES.items():
         choice(name, getattr(cfg, name), options)
-    why = " (the 'vllm' rollout backend is not wired into the training loop yet)" if cfg.backend == "vllm" else ""
-    choice("backend", cfg.backend, BACKENDS, why)
-    for name in ("dynamic_sampling", "gfpo_adaptive", "routing_replay"):
+    choice("backend", cfg.backend, BACKENDS)
+    for name in ("dynamic_sampling", "gfpo_adaptive", "routing_replay", "vllm_sleep"):
         if not isinstance(getattr(cfg, name), bool):
             fail(name, getattr(cfg, name), "True | False")
     if cfg.gradient_checkpointing is not None and not isinstance(cfg.gradient_checkpointing, bool):
@@ -86,6 +85,17 @@ def check_fields(cfg) -> None:
         fail("top_p", cfg.top_p, "0 < top_p <= 1")
 
 
+def _check_vllm(cfg) -> None:
+    """The vLLM engine's settings, and what the engine needs: the policy travels as a LoRA adapter."""
+    positive("vllm_gpu_memory_utilization", cfg.vllm_gpu_memory_utilization, 0)
+    if cfg.vllm_gpu_memory_utilization >= 1:
+        fail("vllm_gpu_memory_utilization", cfg.vllm_gpu_memory_utilization, "0 < share < 1")
+    if cfg.vllm_sleep and cfg.backend != "vllm":
+        fail("vllm_sleep", True, "False unless backend='vllm'")
+    if cfg.backend == "vllm" and cfg.lora_r == 0:
+        fail("lora_r", 0, "> 0 with backend='vllm' (the engine receives the policy as a LoRA adapter)")
+
+
 def check_relations(cfg) -> None:
     """TrainConfig, fields that bound each other."""
     if cfg.mu > cfg.prompts_per_step * cfg.group_size:
@@ -95,6 +105,7 @@ def check_relations(cfg) -> None:
     positive("overlong_cache", cfg.overlong_cache_len, 0, strict=False, integer=True)
     if cfg.overlong_cache_len >= cfg.max_new_tokens:
         fail("overlong_cache", cfg.overlong_cache, f"< max_new_tokens = {cfg.max_new_tokens} tokens")
+    _check_vllm(cfg)
     if cfg.gfpo_k is not None:
         positive("gfpo_k", cfg.gfpo_k, 0, integer=True)
         if not 2 <= cfg.gfpo_k <= cfg.group_size:

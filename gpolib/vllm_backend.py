@@ -1,14 +1,23 @@
 """vLLM rollout backend (optional extra: `pip install "gpolib[vllm]"`, needs a CUDA GPU).
 
-It cannot run on the embedded CPU default; it is exercised here only through its error path and
-through `completions`, the conversion of vLLM's `RequestOutput` objects, on a recorded fixture.
 It returns tensors only; `gpolib.rollout.generate(..., backend="vllm", engine=...)` makes the `Rollout`
-(so this module imports nothing of gpolib). The training loop does not create an engine yet, so
-`TrainConfig(backend="vllm")` is rejected.
-On a GPU: `engine = make_engine(model_name)` once, then each step the current LoRA adapter is saved
-to a folder and passed as a `LoRARequest`, so the engine samples from the policy being trained.
-Log-probabilities: the engine is built with `logprobs_mode="processed_logprobs"`, i.e. after
-temperature scaling, the same distribution the trainer uses for pi_theta.
+(so this module imports nothing of gpolib). `TrainConfig(backend="vllm")` makes the loop build a
+`PolicyEngine` once (`make_engine`: LoRA enabled, `vllm_gpu_memory_utilization`, sleep mode when
+`vllm_sleep`), which the rollouts use as their engine.
+
+How the engine gets the current policy: a LoRA request, not merged weights. Before the first rollout
+after each optimizer step the trainer's adapter is saved to a folder (a few MB at r = 16) and sent as a
+`LoRARequest` with a new `lora_int_id` (vLLM caches adapters by id, so a reused id would serve the old
+policy). Why: the frozen base weights are loaded into the engine once and never move; only the adapter
+travels, through vLLM's public `LLM.generate(..., lora_request=...)`. Pushing merged weights would copy
+the whole model every step and needs vLLM's internal model-runner API, which changes between releases.
+The cost is vLLM's LoRA kernels during sampling; full fine-tuning (lora_r = 0) is not supported here.
+Log-probabilities: the engine is built with `logprobs_mode="processed_logprobs"`, i.e. after temperature
+scaling, the same distribution the trainer uses for pi_theta; with `old_logps="engine"` they are pi_old.
+Sleep mode: with `vllm_sleep` the engine sleeps (level 1: weights to CPU memory, KV cache freed) during
+the update and wakes before the next rollout, so the update can use the GPU memory the engine held.
+vLLM is not installable on the machines that run the tests: tests/test_vllm_wiring.py drives this code
+with a stand-in implementing the documented API used here (tests/vllm_standin.py).
 """
 from __future__ import annotations
 
@@ -27,11 +36,64 @@ def _import_vllm():
     return LLM, SamplingParams, LoRARequest
 
 
-def make_engine(model: str, max_lora_rank: int = 16, gpu_memory_utilization: float = 0.3, dtype: str = "bfloat16"):
-    """A vLLM engine with LoRA enabled."""
+def make_engine(model: str, max_lora_rank: int = 16, gpu_memory_utilization: float = 0.3, dtype: str = "bfloat16",
+                enable_sleep_mode: bool = False, seed: int = 0):
+    """A vLLM engine with LoRA enabled; `gpu_memory_utilization` is the share of GPU memory it may take."""
     LLM, _, _ = _import_vllm()
     return LLM(model=model, enable_lora=True, max_lora_rank=max_lora_rank, dtype=dtype,
-               gpu_memory_utilization=gpu_memory_utilization, logprobs_mode="processed_logprobs")
+               gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=enable_sleep_mode, seed=seed,
+               logprobs_mode="processed_logprobs")
+
+
+class PolicyEngine:
+    """A vLLM engine that always samples from the policy being trained (see the module docstring).
+
+    `sync(model, version)` saves the adapter when `version` (optimizer steps taken) changed; `generate`
+    has `LLM.generate`'s signature, wakes the engine if asleep and adds the current LoRA request;
+    `release()` puts it to sleep when sleep mode is on.
+    """
+
+    def __init__(self, llm, sleep: bool = False):
+        import tempfile
+        import weakref
+
+        self.llm, self.sleep_mode, self.asleep = llm, sleep, False
+        self.dir = tempfile.mkdtemp(prefix="gpolib-vllm-adapter-")
+        self.version, self.request = None, None
+        weakref.finalize(self, _remove_tree, self.dir)
+
+    def sync(self, model, version: int) -> None:
+        """Save the current adapter and make it the one sampled from, once per optimizer step."""
+        if version == self.version:
+            return
+        _, _, LoRARequest = _import_vllm()
+        path = f"{self.dir}/v{version}"
+        model.save_pretrained(path)
+        if self.request is not None:
+            _remove_tree(self.request.lora_path)  # the engine loaded it already; its id is never reused
+        self.version = version
+        self.request = LoRARequest(f"policy-v{version}", version + 1, path)  # vLLM ids start at 1
+
+    def generate(self, prompts, sampling_params, lora_request=None, use_tqdm=False):
+        if self.request is None:
+            raise RuntimeError("PolicyEngine.sync(model, version) must run before the first rollout")
+        if self.asleep:
+            self.llm.wake_up()
+            self.asleep = False
+        return self.llm.generate(prompts, sampling_params, lora_request=lora_request or self.request,
+                                 use_tqdm=use_tqdm)
+
+    def release(self) -> None:
+        """Sleep (level 1) until the next rollout, when sleep mode is on."""
+        if self.sleep_mode and not self.asleep:
+            self.llm.sleep(level=1)
+            self.asleep = True
+
+
+def _remove_tree(path: str) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def completions(outputs, group_size: int, max_new_tokens: int, pad_id: int) -> tuple:

@@ -41,7 +41,9 @@ INVALID_TRAIN = [
     ({"overlong_cache": -1}, "overlong_cache"),
     ({"old_logps": "vllm"}, "old_logps"),
     ({"backend": "sglang"}, "backend"),
-    ({"backend": "vllm"}, "backend"),
+    ({"backend": "vllm", "lora_r": 0}, "lora_r"),
+    ({"vllm_sleep": True}, "vllm_sleep"),
+    ({"vllm_gpu_memory_utilization": 1.0}, "vllm_gpu_memory_utilization"),
     ({"device": "tpu"}, "device"),
     ({"dtype": "int8"}, "dtype"),
     ({"dynamic_sampling": "yes"}, "dynamic_sampling"),
@@ -67,9 +69,9 @@ def test_invalid_train_config_names_field(kwargs, field):
         TrainConfig(**kwargs)
 
 
-def test_vllm_is_rejected_with_the_reason():
-    with pytest.raises(ValueError, match="not wired into the training loop"):
-        presets.get("gspo", backend="vllm")
+def test_vllm_is_accepted_now_that_the_loop_builds_the_engine():
+    cfg = presets.get("gspo", backend="vllm", vllm_sleep=True)  # wiring: tests/test_vllm_wiring.py
+    assert (cfg.backend, cfg.vllm_sleep, cfg.vllm_gpu_memory_utilization) == ("vllm", True, 0.3)
 
 
 def test_configs_take_keywords_only():
