@@ -38,8 +38,22 @@ def cmd_pretrain(args) -> int:
     return 0
 
 
+def settable_fields() -> str:
+    """The `--set` names with their defaults: every TrainConfig field, and loss_<field> for LossConfig."""
+    import dataclasses
+
+    from gpolib.config import LossConfig, TrainConfig
+
+    def rows(cls, prefix):
+        return [f"  {prefix}{f.name} = {f.default!r}" for f in dataclasses.fields(cls)
+                if f.default is not dataclasses.MISSING]
+    return "\n".join(["settable with --set FIELD=VALUE (default shown; the preset may change it):",
+                      *rows(TrainConfig, ""), *rows(LossConfig, "loss_")])
+
+
 def add_train(sub) -> None:
-    p = sub.add_parser("train", help="one RL run of a preset")
+    p = sub.add_parser("train", help="one RL run of a preset", epilog=settable_fields(),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", required=True, help="grpo | dapo | gspo | gfpo | dr_grpo")
     p.add_argument("--out", required=True, help="run directory (resumes / reuses a run of the same config)")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
@@ -55,24 +69,36 @@ def parse_overrides(items: list) -> dict:
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise ValueError(f"--set {item!r} is invalid; expected FIELD=VALUE")
+        if raw.strip().lower().lstrip("+-") in ("nan", "inf", "infinity"):
+            out[key] = float(raw)  # so that the field's check can say "a finite number"
+            continue
         try:
             out[key] = ast.literal_eval(raw)  # literals only: never executes code
-        except (ValueError, SyntaxError):
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
             out[key] = raw
     return out
+
+
+def input_error(err: Exception) -> int:
+    """A bad value the user typed: its one-paragraph message on stderr, exit code 2, no traceback."""
+    print(f"error: {err}", file=sys.stderr)
+    return 2
 
 
 def cmd_train(args) -> int:
     setup_threads(2)
     from gpolib import presets
+    from gpolib.rundir import RunMismatchError
     from gpolib.train import train
 
     try:
         cfg = presets.get(args.preset, **parse_overrides(args.set))
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    metrics = train(cfg, args.out)
+    except (ValueError, TypeError) as err:  # validation names the field and what is allowed
+        return input_error(err)
+    try:
+        metrics = train(cfg, args.out)
+    except (RunMismatchError, FileNotFoundError) as err:  # --out holds another run; a model or task path is wrong
+        return input_error(err)
     print(json.dumps({"out": args.out, "steps": len(metrics), "last": metrics[-1] if metrics else None}))
     return 0
 

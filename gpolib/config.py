@@ -179,12 +179,13 @@ class TrainConfig:
         `max_new_tokens` unless `loss_max_len` (or a whole `loss`) is given.
         """
         loss_changes = {k[5:]: changes.pop(k) for k in list(changes) if k.startswith("loss_")}
+        _known(loss_changes, LossConfig, prefix="loss_")
         aggregation = loss_changes.get("aggregation", self.loss.aggregation)
         if aggregation == "seq_mean_token_sum_norm" and "loss" not in changes and "max_len" not in loss_changes:
             loss_changes["max_len"] = changes.get("max_new_tokens", self.max_new_tokens)
         if loss_changes:
             changes["loss"] = dataclasses.replace(self.loss, **loss_changes)
-        _known(changes, " or loss_<LossConfig field>")
+        _known(changes, TrainConfig, more=" or loss_<LossConfig field>")
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict:
@@ -220,12 +221,18 @@ class TrainConfig:
         return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
 
 
-def _known(changes: dict, more: str = "") -> None:
-    """Raise naming the keys that are not TrainConfig fields."""
-    known = [f.name for f in dataclasses.fields(TrainConfig)]
+def _known(changes: dict, cls=None, more: str = "", prefix: str = "") -> None:
+    """Raise naming the keys that are not fields of `cls` (TrainConfig by default), with the closest names."""
+    import difflib
+
+    cls = cls or TrainConfig
+    known = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(changes) - set(known))
     if unknown:
-        raise ValueError(f"unknown TrainConfig field(s) {unknown}; allowed: {sorted(known)}{more}")
+        close = [prefix + c for k in unknown for c in difflib.get_close_matches(k, known, n=1)]
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise ValueError(f"unknown {cls.__name__} field(s) {[prefix + k for k in unknown]}{hint}; allowed: "
+                         f"{', '.join(prefix + k for k in sorted(known))}{more}")
 
 
 def _defaults(cls) -> dict:

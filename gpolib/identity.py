@@ -62,6 +62,17 @@ def data_fingerprint(cfg) -> dict:
             "task_eval": task_fingerprint(cfg.task_eval)}
 
 
+def check_data(cfg, data: dict | None = None) -> dict:
+    """The data fingerprint; raises FileNotFoundError naming the field whose local model or task path is missing."""
+    data = data if data is not None else data_fingerprint(cfg)
+    for field, fp in data.items():
+        if fp.startswith("missing:"):
+            what = "a local model folder or a hub name" if field == "model" else "an existing task file (JSONL)"
+            raise FileNotFoundError(f"{field}={getattr(cfg, field)!r} is invalid: not found from here or the "
+                                    f"repository root; allowed: {what}")
+    return data
+
+
 def run_key(cfg, data: dict | None = None) -> str:
     """sha256 (16 hex digits) of the config's identity and its data fingerprint: the run-cache key."""
     blob = {"config": cfg.identity(), "data": data if data is not None else data_fingerprint(cfg)}

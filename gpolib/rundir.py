@@ -63,9 +63,9 @@ class RunDir:
     # -- config and cache ---------------------------------------------------
     def check_config(self) -> None:
         """Write config.json, or raise RunMismatchError if the directory holds a run of another config or data."""
+        data = identity.check_data(self.cfg)  # a missing model or task path fails before the folder exists
         self.path.mkdir(parents=True, exist_ok=True)
         cfg_path = self.path / "config.json"
-        data = identity.data_fingerprint(self.cfg)
         if cfg_path.exists():
             old = json.loads(cfg_path.read_text())
             diff = TrainConfig.same_run(old.get("config", {}), self.cfg)

@@ -6,6 +6,7 @@ Each check raises `ValueError` naming the field and what is allowed (`fail`), be
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 RATIO_LEVELS = ("token", "sequence", "sequence_token")
@@ -37,8 +38,8 @@ def choice(name: str, value: Any, options: tuple, why: str = "") -> None:
 def positive(name: str, value: Any, minimum: float = 0, strict: bool = True, integer: bool = False) -> None:
     """`value` must be a number (an int if `integer`, never a bool) above `minimum` (or equal, if not strict)."""
     kind = int if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kind):
-        fail(name, value, f"{'an int' if integer else 'a number'} {'>' if strict else '>='} {minimum}")
+    if isinstance(value, bool) or not isinstance(value, kind) or not math.isfinite(value):
+        fail(name, value, f"{'an int' if integer else 'a finite number'} {'>' if strict else '>='} {minimum}")
     if (value <= minimum) if strict else (value < minimum):
         fail(name, value, f"{'>' if strict else '>='} {minimum}")
 

@@ -2,8 +2,8 @@
 saved as a Hugging Face folder: the gpu code path (chat prompts, bf16, gradient checkpointing, LoRA)
 exercised without a model hub.
 
-    python scale/random_qwen.py --out /tmp/qwen-small                  # a few MB, for CPU tests
-    python scale/random_qwen.py --out /tmp/qwen-0.5b --shape qwen2.5-0.5b   # Qwen2.5-0.5B's shape
+    python scale/random_qwen.py --out runs/qwen-small                  # a few MB, for CPU tests
+    python scale/random_qwen.py --out runs/qwen-0.5b --shape qwen2.5-0.5b   # Qwen2.5-0.5B's shape
 
 The tokenizer is a byte-level BPE trained here on the task prompts, worked answers of the embedded
 task and the chat instruction (not Qwen's vocabulary); its special tokens and chat template follow

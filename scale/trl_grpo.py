@@ -2,7 +2,7 @@
 
     accelerate launch --num_processes 8 scale/trl_grpo.py --preset dr_grpo \
         --model Qwen/Qwen2.5-0.5B-Instruct --out runs/trl-dr_grpo --set steps=200 --set prompts_per_step=64
-    python scale/trl_grpo.py --preset grpo --out /tmp/trl-smoke --set steps=2 --cpu   # the embedded model
+    python scale/trl_grpo.py --preset grpo --out runs/trl-smoke --set steps=2 --cpu   # the embedded model
 
 The objective, batch and optimiser come from `gpolib.export.to_trl` (TRL 1.16.0, pinned in the `trl`
 extra); the prompts are the task's, rendered exactly as gpolib renders them (raw for the embedded

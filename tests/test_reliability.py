@@ -1,5 +1,6 @@
 """Interrupted work is never lost, a second writer is refused, bad input is rejected before compute,
 memory is guarded, and the reward parser survives hostile text."""
+import dataclasses
 import json
 import os
 import subprocess
@@ -139,7 +140,31 @@ BAD_CLI = [
     (["train", "--preset", "grpo", "--set", "loss_beta=-0.04"], "beta=-0.04"),
     (["train", "--preset", "grpo", "--set", "warmup_steps=-2"], "warmup_steps=-2"),
     (["reproduce", "--profile", "smoke", "--only", "99"], "99"),
+    # LossConfig names are checked like TrainConfig names, with the closest field suggested
+    (["train", "--preset", "grpo", "--set", "loss_eps_hgh=0.3"], "did you mean loss_eps_high"),
+    (["train", "--preset", "grpo", "--set", "stpes=5"], "did you mean steps"),
+    (["train", "--preset", "grpo", "--set", "loss_=1"], "unknown LossConfig field"),
+    (["train", "--preset", "grpo", "--set", "=3"], "FIELD=VALUE"),
+    (["train", "--preset", "grpo", "--set", "lr=abc"], "lr='abc'"),
+    (["train", "--preset", "grpo", "--set", "steps=None"], "steps=None"),
+    (["train", "--preset", "grpo", "--set", "group_size=[8]"], "group_size=[8]"),
+    (["train", "--preset", "grpo", "--set", "loss_eps_low=1.5"], "eps_low=1.5"),
+    (["train", "--preset", "grpo", "--set", "loss_max_len=0"], "max_len=0"),
+    (["train", "--preset", "grpo", "--set", "model="], "model=''"),
+    (["train", "--preset", "grpo", "--set", "gradient_checkpointing=yes"], "gradient_checkpointing='yes'"),
+    (["train", "--preset", "grpo", "--set", "overlong_cache=1.5"], "overlong_cache=1.5"),
+    (["train", "--preset", "grpo", "--set", "advantage_estimator=critic"], "advantage_estimator='critic'"),
+    (["train", "--preset", "grpo", "--set", "gamma=0.9"], "unless advantage_estimator='gae'"),
+    (["train", "--preset", "grpo", "--set", "task_train=data/tasks/none.jsonl"], "task_train='data/tasks/none.jsonl' is invalid"),
+    (["train", "--preset", "grpo", "--set", "model=./no-model"], "model='./no-model' is invalid"),
 ]
+FLOAT_FIELDS = [f.name for f in dataclasses.fields(TrainConfig) if "float" in str(f.type)] + \
+    [f"loss_{f.name}" for f in dataclasses.fields(LossConfig) if "float" in str(f.type)]
+"""every float field of TrainConfig and LossConfig: each rejects NaN and infinities, naming itself"""
+BAD_CLI += [(["train", "--preset", "grpo", "--set", f"{name}={value}"], f"{name.removeprefix('loss_')}={value}")
+            for name in FLOAT_FIELDS for value in ("nan", "inf")]
+BAD_CLI += [(["train", "--preset", "grpo", "--set", "loss_eps_high=-inf"], "eps_high=-inf"),
+            (["train", "--preset", "grpo", "--set", "lr=1e999"], "lr=inf")]
 
 
 @pytest.mark.parametrize("argv,needle", BAD_CLI, ids=[" ".join(a[1:]) or a[0] for a, _ in BAD_CLI])
@@ -150,7 +175,30 @@ def test_bad_cli_input_is_rejected_with_the_field(argv, needle, tmp_path, capsys
     if argv[0] == "train":
         argv = argv + ["--out", str(tmp_path / "r")]
     assert main(argv) == 2
-    assert needle in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err
+    assert err.startswith("error: ") and err.strip().count("\n") == 0  # one paragraph
+
+
+def test_bad_value_from_a_shell_exits_2_without_traceback():
+    """The real process: `python -m gpolib train --set loss_eps_hgh=0.3` (was a TypeError traceback)."""
+    env = dict(os.environ, PYTHONPATH=os.getcwd())
+    proc = subprocess.run([sys.executable, "-m", "gpolib", "train", "--preset", "grpo", "--out", "unused",
+                           "--set", "loss_eps_hgh=0.3"], env=env, capture_output=True, text=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "unknown LossConfig field(s) ['loss_eps_hgh'] (did you mean loss_eps_high?)" in proc.stderr
+    assert not os.path.exists("unused")
+
+
+def test_help_is_fast_and_lists_the_settable_fields():
+    """`--help` imports neither torch nor the notebook stack; `train --help` lists --set names with defaults."""
+    code = ("import sys\nfrom gpolib.__main__ import main\n"
+            "try:\n    main(['train', '--help'])\nexcept SystemExit:\n    pass\n"
+            "print('HEAVY', sorted(m for m in ('torch', 'nbformat', 'papermill', 'transformers') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=os.getcwd()),
+                          capture_output=True, text=True, check=True)
+    assert "HEAVY []" in proc.stdout
+    assert "  steps = 100" in proc.stdout and "  loss_eps_high = 0.2" in proc.stdout
 
 
 def test_bad_cli_choice_exits_2(capsys):

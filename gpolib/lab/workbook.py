@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import nbformat
 import yaml
 
 from .. import paths
@@ -89,6 +88,8 @@ def available_profiles(notebooks_dir: Path) -> list[str]:
 
 def notebook_defaults(path: Path) -> dict[str, Any]:
     """The literal assignments of the cell tagged `parameters` (parsed, never executed)."""
+    import nbformat  # imported on use: it costs seconds, and `--help` must answer at once
+
     nb = nbformat.read(str(path), as_version=4)
     cells = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
     if not cells:
@@ -180,6 +181,8 @@ def is_up_to_date(job: Job, executed: Path) -> bool:
     """
     if not executed.exists() or executed.stat().st_mtime < job.source.stat().st_mtime:
         return False
+    import nbformat
+
     meta = nbformat.read(str(executed), as_version=4).metadata.get("gpolib", {})
     return meta.get("params_hash") == job.params_hash
 
@@ -203,6 +206,7 @@ def _importable() -> None:
 
 def execute(job: Job, executed: Path, html: Path) -> None:
     """Run one notebook with papermill, stamp gpolib metadata, export HTML."""
+    import nbformat
     import papermill as pm
     from nbconvert import HTMLExporter
 
