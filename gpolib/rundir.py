@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from . import identity, jsonio
+from . import identity, jsonio, runlog
 from .config import TrainConfig
 
 KEEP_CHECKPOINTS = 2
@@ -89,6 +89,20 @@ class RunDir:
         s = self.path / "summary.json"
         return s.exists() and json.loads(s.read_text()).get("finished", False)
 
+    def reuse(self) -> bool:
+        """True for a finished run to read back (noted "reused" for the workbook runner). False for an unfinished
+        one, and for a finished one the runner asked to recompute (`gpolib.runlog`): its summary, metrics and
+        checkpoints are removed first, so the run starts again from step 0."""
+        if self.finished() and not runlog.recompute(self.path / "summary.json"):
+            runlog.note("reused", self.path)
+            return True
+        if self.finished():
+            for f in [self.path / "summary.json", self.path / "metrics.jsonl", *self.checkpoints()]:
+                f.unlink(missing_ok=True)
+                f.with_suffix(".sha256").unlink(missing_ok=True)
+        runlog.note("start", self.path, f"0/{self.cfg.steps}")
+        return False
+
     def save_adapter(self, model) -> None:
         """`model.save_pretrained` into adapter/, naming the base model as configured (`cfg.model`).
 
@@ -137,6 +151,7 @@ class RunDir:
     def append_metrics(self, row: dict) -> None:
         with open(self.path / "metrics.jsonl", "a") as f:
             f.write(jsonio.dumps(row) + "\n")
+        runlog.note("step", self.path, f"{row.get('step', 0) + 1}/{self.cfg.steps}")
 
     def rewrite_metrics(self, rows: list) -> None:
         _atomic_write(self.path / "metrics.jsonl", jsonio.dumps_lines(rows).encode())
@@ -147,6 +162,7 @@ class RunDir:
 
     def write_summary(self, summary: dict) -> None:
         _atomic_write(self.path / "summary.json", jsonio.dumps(summary, indent=1).encode())
+        runlog.note("computed", self.path)
 
     def read_summary(self) -> dict:
         return json.loads((self.path / "summary.json").read_text())

@@ -158,7 +158,7 @@ def train(cfg: TrainConfig, out_dir, progress: bool = True) -> list:
     """Run (or resume, or reuse) an RL run; returns the per-step metric dicts (also in out_dir/metrics.jsonl)."""
     run = RunDir(out_dir, cfg)
     run.check_config()
-    if run.finished():
+    if run.reuse():  # finished: read back (unless the workbook runner asked to recompute it)
         return run.read_metrics()
     run.acquire()
     try:

@@ -97,7 +97,9 @@ def test_record_then_build(tmp_path, capsys):
     assert "G1 [full]: REPRODUCED" in capsys.readouterr().out
     assert rec["evidence"] == {"acc_before": 0.25, "acc_after": 0.5}
     assert json.loads((tmp_path / "reports/claims/G1.json").read_text())["verdict"] == REPRODUCED
-    rows = json.loads(report.build("full", root=tmp_path).read_text())
+    assert report.build("full", root=tmp_path) == ["claims.json", "claims.md"]
+    assert report.build("full", root=tmp_path) == []  # same content: nothing rewritten
+    rows = json.loads((tmp_path / "reports/claims.json").read_text())
     assert [r["id"] for r in rows] == list(report.CLAIMS)
     for r in rows:
         assert {"id", "verdict", "ours", "paper", "criterion", "notebook", "runs"} <= set(r)

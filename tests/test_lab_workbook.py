@@ -1,4 +1,4 @@
-"""The workbook runner: params validation, execution, failures, skip on rerun."""
+"""The workbook runner: params validation, execution, failures, re-execution, what the runs inside did."""
 import json
 import os
 
@@ -113,7 +113,12 @@ def test_run_writes_executed_and_html_then_skips(repo, capsys):
     assert nb.metadata["gpolib"]["parameters"] == {"PROFILE": "smoke"}
     assert any("4" in o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     assert json.loads((repo / "reports/smoke/claims.json").read_text())[0]["verdict"] == "not yet run"
-    assert workbook.reproduce("smoke", only=["00"], root=repo) == []
+    out = capsys.readouterr().out
+    assert "00_a: done in" in out and "no training runs" in out and "scoreboard: updated claims.json" in out
+    assert workbook.reproduce("smoke", only=["00"], root=repo) == ["00_a"]  # re-executed by default
+    out = capsys.readouterr().out
+    assert "scoreboard: unchanged" in out and "no verdict changed versus the committed scoreboard" in out
+    assert workbook.reproduce("smoke", only=["00"], root=repo, skip_current=True) == []
     assert "up to date, skipped" in capsys.readouterr().out
     _params(repo, "smoke", {"00": {"STEPS": 3}})  # changed parameters -> stale
     job = workbook.plan("smoke", ["00"], repo / "notebooks")[0]

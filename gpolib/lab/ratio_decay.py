@@ -48,7 +48,7 @@ def cached_records(cfg, run_dir) -> pd.DataFrame:
     run = RunDir(run_dir, cfg)
     run.check_config()
     csv = run.path / "ratios.csv"
-    if run.finished() and csv.exists():
+    if run.reuse() and csv.exists():
         return pd.read_csv(csv)
     df = ratio_records(Trainer(cfg), cfg.steps)
     df.to_csv(csv, index=False)

@@ -140,17 +140,25 @@ def scoreboard_markdown(profile: str = "full", root: Path | str | None = None) -
     return "\n".join(lines) + "\n"
 
 
-def build(profile: str = "full", root: Path | str | None = None) -> Path:
-    """Write `claims.json` and `claims.md` into `reports_dir(profile)`; returns claims.json."""
+def _write_if_changed(path: Path, text: str) -> bool:
+    """Write `text` unless the file already holds it; True if it was written."""
+    if path.exists() and path.read_text() == text:
+        return False
+    path.write_text(text)
+    return True
+
+
+def build(profile: str = "full", root: Path | str | None = None) -> list:
+    """Write `claims.json` and `claims.md` into `reports_dir(profile)` where their content changed; returns
+    the names of the files written (empty: the scoreboard on disk was current)."""
     out = paths.reports_dir(profile, root)
     out.mkdir(parents=True, exist_ok=True)
     rows = collect(profile, root)
-    (out / "claims.json").write_text(json.dumps(rows, indent=2, default=_plain) + "\n")
     note = ("\n> Smoke profile: tiny budgets that check the code runs; these numbers are "
             "not a replication.\n" if profile == "smoke" else "")
-    (out / "claims.md").write_text(f"# Claims scoreboard ({profile} profile)\n{note}\n"
-                                   + scoreboard_markdown(profile, root))
-    return out / "claims.json"
+    texts = {"claims.json": json.dumps(rows, indent=2, default=_plain) + "\n",
+             "claims.md": f"# Claims scoreboard ({profile} profile)\n{note}\n" + scoreboard_markdown(profile, root)}
+    return [name for name, text in texts.items() if _write_if_changed(out / name, text)]
 
 
 README_MARKERS = ("<!-- scoreboard:start -->", "<!-- scoreboard:end -->")
@@ -176,7 +184,7 @@ def readme_section(profile: str = "full", root: Path | str | None = None) -> str
 
 
 def update_readme(profile: str = "full", root: Path | str | None = None) -> bool:
-    """Replace the README's scoreboard section (between the markers); False if it has none."""
+    """Replace the README's scoreboard section (between the markers); True only if its content changed."""
     readme = (paths.repo_root() if root is None else Path(root)) / "README.md"
     if not readme.exists():
         return False
@@ -186,5 +194,4 @@ def update_readme(profile: str = "full", root: Path | str | None = None) -> bool
         return False
     head, rest = text.split(start, 1)
     _, tail = rest.split(end, 1)
-    readme.write_text(f"{head}{start}\n{readme_section(profile, root)}{end}{tail}")
-    return True
+    return _write_if_changed(readme, f"{head}{start}\n{readme_section(profile, root)}{end}{tail}")

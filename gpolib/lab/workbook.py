@@ -221,6 +221,9 @@ def execute(job: Job, executed: Path, html: Path) -> None:
     except Exception as err:  # PapermillExecutionError, or the kernel died
         raise _failure(job, err, executed) from err
     nb = nbformat.read(str(executed), as_version=4)
+    for key in ("input_path", "output_path"):  # papermill records them absolute: no machine path is committed
+        if key in nb.metadata.get("papermill", {}):
+            nb.metadata["papermill"][key] = paths.relative(nb.metadata["papermill"][key])
     nb.metadata["gpolib"] = {"params_hash": job.params_hash, "parameters": job.params,
                              "elapsed_s": round(time.time() - t0, 1)}
     nbformat.write(nb, str(executed))
@@ -228,38 +231,73 @@ def execute(job: Job, executed: Path, html: Path) -> None:
     html.write_text(body, encoding="utf-8")
 
 
-def reproduce(profile: str = "full", only: list[str] | None = None, force: bool = False,
+def _verdicts(profile: str, root: Path) -> dict:
+    """{claim id: verdict} of the scoreboard on disk (the committed one, before a run rewrites it)."""
+    f = paths.reports_dir(profile, root) / "claims.json"
+    return {r["id"]: r["verdict"] for r in json.loads(f.read_text())} if f.exists() else {}
+
+
+def _run_one(job: Job, tag: str, profile: str, root: Path) -> None:
+    """Execute one notebook with a progress bar per training run; print what was reused and computed."""
+    from .progress import Watch, describe
+
+    print(f"{tag} {job.name}: running ...", flush=True)
+    t0 = time.time()
+    with Watch(job.name) as watch:
+        execute(job, paths.executed_dir(profile, root) / job.source.name,
+                paths.html_dir(profile, root) / f"{job.name}.html")
+    print(f"{tag} {job.name}: done in {time.time() - t0:.0f} s; {describe(watch.summary())}", flush=True)
+
+
+def _report(profile: str, root: Path, before: dict) -> None:
+    """Rebuild the scoreboard (and the README's, full profile), say whether any verdict changed."""
+    from . import report  # the claims' verdicts import the lab modules: only when a report is built
+    from .progress import verdict_changes
+
+    changed_files = report.build(profile, root=root)
+    print(f"scoreboard: {'updated ' + ', '.join(changed_files) if changed_files else 'unchanged'}", flush=True)
+    if profile == "full" and report.update_readme(profile, root=root):
+        print("README scoreboard updated", flush=True)
+    changes = verdict_changes(before, _verdicts(profile, root))
+    print("verdicts: " + ("; ".join(changes) if changes else
+                          f"no verdict changed versus the committed scoreboard ({len(before)} claims)"), flush=True)
+
+
+def reproduce(profile: str = "full", only: list[str] | None = None, recompute: bool = False,
               root: Path | str | None = None, notebooks_dir: Path | str | None = None,
-              build_report: bool = True) -> list[str]:
+              build_report: bool = True, skip_current: bool = False) -> list[str]:
     """Execute the selected notebooks in order; returns the names that were run.
 
-    `root` holds `reports/` (default: the repository); `notebooks_dir` defaults to
-    `<root>/notebooks`. Raises WorkbookError before running anything if the profile,
-    params file or `only` is invalid, NotebookFailed on the first failing notebook.
+    Every notebook is re-executed, so figures, tables and verdicts come from the run data; finished
+    training runs of the same configuration and data are reused, unless `recompute` (then runs finished
+    before this call are computed again, `gpolib.runlog`). `skip_current`: skip a notebook whose executed
+    copy is newer than its source and ran with the same parameters. `root` holds `reports/` (default:
+    the repository); `notebooks_dir` defaults to `<root>/notebooks`. Raises WorkbookError before running
+    anything if the profile, params file or `only` is invalid, NotebookFailed on the first failing notebook.
     """
+    from .. import runlog
+
     root = Path(root) if root is not None else paths.repo_root()
     notebooks_dir = Path(notebooks_dir) if notebooks_dir is not None else root / "notebooks"
     jobs, ran, start = plan(profile, only, notebooks_dir), [], time.time()
-    for i, job in enumerate(jobs, 1):
-        executed = paths.executed_dir(profile, root) / job.source.name
-        html = paths.html_dir(profile, root) / f"{job.name}.html"
-        if not force and is_up_to_date(job, executed):
-            print(f"[{i}/{len(jobs)}] {job.name}: up to date, skipped", flush=True)
-            continue
-        print(f"[{i}/{len(jobs)}] {job.name}: running ...", flush=True)
-        t0 = time.time()
-        execute(job, executed, html)
-        ran.append(job.name)
-        print(f"[{i}/{len(jobs)}] {job.name}: done in {time.time() - t0:.0f} s "
-              f"(total {time.time() - start:.0f} s)", flush=True)
-    print(f"workbook [{profile}]: ran {len(ran)}, up to date {len(jobs) - len(ran)} "
-          f"of {len(jobs)} notebooks in {time.time() - start:.0f} s", flush=True)
+    before = _verdicts(profile, root)
+    os.environ.pop(runlog.RECOMPUTE_ENV, None)
+    if recompute:
+        os.environ[runlog.RECOMPUTE_ENV] = str(start)
+    try:
+        for i, job in enumerate(jobs, 1):
+            tag = f"[{i}/{len(jobs)}]"
+            if skip_current and is_up_to_date(job, paths.executed_dir(profile, root) / job.source.name):
+                print(f"{tag} {job.name}: up to date, skipped", flush=True)
+                continue
+            _run_one(job, tag, profile, root)
+            ran.append(job.name)
+    finally:
+        os.environ.pop(runlog.RECOMPUTE_ENV, None)
+    print(f"workbook [{profile}]: executed {len(ran)} of {len(jobs)} notebooks in {time.time() - start:.0f} s"
+          + (" (runs recomputed)" if recompute else " (finished runs reused)"), flush=True)
     if build_report:
-        from . import report  # the claims' verdicts import the lab modules: only when a report is built
-
-        print(f"scoreboard: {report.build(profile, root=root)}", flush=True)
-        if profile == "full" and report.update_readme(profile, root=root):
-            print("README scoreboard updated", flush=True)
+        _report(profile, root, before)
     return ran
 
 
@@ -271,7 +309,7 @@ def _split_only(text: str | None) -> list[str] | None:
 
 def _run_cli(args: argparse.Namespace) -> int:
     try:
-        reproduce(args.profile, _split_only(args.only), args.force)
+        reproduce(args.profile, _split_only(args.only), recompute=args.recompute, skip_current=args.skip_current)
     except WorkbookError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -287,7 +325,10 @@ def add_cli(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--profile", choices=paths.PROFILES, default="full",
                    help="params profile: notebooks/params/<profile>.yaml (default: full)")
     p.add_argument("--only", default=None, help="comma-separated notebook prefixes, e.g. 00,01")
-    p.add_argument("--force", action="store_true", help="rerun notebooks that are up to date")
+    p.add_argument("--recompute", action="store_true",
+                   help="recompute the training runs too (default: reuse finished runs of the same configuration)")
+    p.add_argument("--skip-current", action="store_true",
+                   help="skip notebooks whose executed copy is newer than the source, with the same parameters")
     p.set_defaults(func=_run_cli)
     return p
 
