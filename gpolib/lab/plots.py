@@ -139,3 +139,20 @@ def scatter_fit(x, y, xlabel: str, ylabel: str, claim_id: str | None = None, tit
     ax.legend(fontsize=8)
     title(ax, claim_id, title_text)
     return fig, fit
+
+
+def runs_plot(frame: pd.DataFrame, metric: str, runs=None, hue: str = "arm", smooth: int = 1, ax=None,
+              claim_id: str | None = None, title_text: str = ""):
+    """One metric against step for any set of runs of `runs.load_runs()`: one line per `hue` value, the
+    runs sharing it (its seeds) as their mean with a ± sd band. runs: run names to keep (None: all);
+    smooth: rolling-mean window in steps, within each run. Returns the figure."""
+    df = frame if runs is None else frame[frame["run"].isin(list(runs))]
+    df = df[["run", hue, "step", metric]].dropna(subset=[metric]).sort_values(["run", "step"])
+    df = df.assign(**{metric: df.groupby("run")[metric].transform(lambda s: s.rolling(smooth, min_periods=1).mean()),
+                      hue: df[hue].astype(str)})
+    fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(5.0, 3.4))
+    sns.lineplot(df, x="step", y=metric, hue=hue, palette=palette(df[hue]), errorbar="sd", ax=ax)
+    ax.set(xlabel="step", ylabel=metric_label(metric))
+    ax.legend(fontsize=8, title=None)
+    title(ax, claim_id, title_text or metric)
+    return fig

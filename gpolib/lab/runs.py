@@ -4,11 +4,14 @@ An arm is a preset plus the fields that make it that arm, defined once in the no
 (`gspo.ARMS`, `gfpo.ARMS`, `dr_grpo.ARMS`); the notebook's parameters cell gives the budget shared by
 every arm (`budget`). `configs` crosses arms with seeds; `run_dirs` names their folders under
 `reports/<profile>/runs/<notebook>/` by configuration (`folder_table` shows the mapping). Reading back: windows of steps and their means (None and NaN
-skipped), held-out evaluations at the start and end.
+skipped), held-out evaluations at the start and end. Every run at once: `load_runs`, one tidy frame
+(drawn by `plots.runs_plot`).
 """
 from __future__ import annotations
 
+import json
 import math
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -91,3 +94,62 @@ def eval_table(summaries_by_run: dict, keys=("acc/sample", "len/mean", "len/corr
     rows = {run: {(k, when): s[f"eval_{when}"].get(k) for k in keys for when in ("start", "end")}
             for run, s in summaries_by_run.items()}
     return pd.DataFrame.from_dict(rows, orient="index").astype(float)
+
+
+# ---------------------------------------------------------------- every run as one table
+
+RUN_COLUMNS = ("notebook", "run", "arm", "finished")
+"""columns naming a run in `load_runs`' frame, before its configuration columns"""
+CONFIG = "config."
+"""prefix of the configuration columns ('config.seed', 'config.loss.eps_high'): 'lr' is both a field and a metric"""
+_ARM_SUFFIX = re.compile(r"(-seed\d+)?(-[0-9a-f]{8})?$")
+
+
+def _flat(config: dict, prefix: str = "") -> dict:
+    """Nested config dict -> one level, nested keys joined by '.': {"loss": {"eps_low": 0.2}} -> {"loss.eps_low": 0.2}."""
+    out = {}
+    for k, v in config.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def read_run(folder: Path, base: Path) -> pd.DataFrame:
+    """One run folder (config.json + metrics.jsonl) -> its rows of `load_runs`; empty if it logged no step."""
+    raw = json.loads((folder / "config.json").read_text())
+    config = _flat(raw["config"] if isinstance(raw.get("config"), dict) else raw, CONFIG)  # run record or bare config
+    steps = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    summary = folder / "summary.json"
+    rel = folder.relative_to(base).parts
+    ident = {"notebook": rel[0] if len(rel) > 1 else "", "run": "/".join(rel[1:] if len(rel) > 1 else rel),
+             "arm": _ARM_SUFFIX.sub("", folder.name),
+             "finished": summary.exists() and bool(json.loads(summary.read_text()).get("finished", True))}
+    metrics = pd.DataFrame(steps)
+    head = pd.DataFrame([{**ident, **config}] * len(metrics))
+    return pd.concat([head, metrics], axis=1)
+
+
+def load_runs(root: Path | str | None = None, *, profile: str = "full", notebooks=None) -> pd.DataFrame:
+    """Every run's per-step metrics as one tidy frame: one row per (run, step).
+
+    Columns: notebook, run (folder path under the notebook), arm (folder name without -seed<k> and the
+    8-hex configuration key), finished (summary.json says so), every TrainConfig field prefixed 'config.' (nested
+    ones as 'config.loss.eps_high'), then step and the metrics as logged (`gpolib.metrics` names). root: a folder of
+    `<notebook>/<run>/` folders (default: `runs_dir(profile)`, i.e. reports/runs/ for full); notebooks:
+    keep only these notebook folders. Runs without config.json or metrics.jsonl are not runs and are skipped.
+    """
+    base = Path(root) if root is not None else paths.runs_dir(profile)
+    folders = sorted(p.parent for p in base.rglob("metrics.jsonl") if (p.parent / "config.json").exists())
+    frames = [read_run(f, base) for f in folders]
+    frames = [f for f in frames if len(f) and (notebooks is None or f["notebook"].iloc[0] in notebooks)]
+    if not frames:
+        return pd.DataFrame(columns=[*RUN_COLUMNS, "step"])
+    return pd.concat(frames, ignore_index=True)
+
+
+def varying_config(frame: pd.DataFrame, exclude=("config.seed",)) -> list:
+    """Configuration columns whose values differ between the frame's runs, minus `exclude`: what sets arms apart."""
+    config = [c for c in frame.columns if c.startswith(CONFIG) and c not in exclude]
+    return [c for c in config if frame[c].astype(str).nunique() > 1]
