@@ -28,7 +28,7 @@ EXPERT_PARAMETERS = ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]
 def tiny_config(arch: str, vocab_size: int, pad_id: int, eos_id: int):
     """Config of the embedded dense (~0.75M params) or MoE (8 experts, top-2, ~0.75M active) model."""
     common = dict(vocab_size=vocab_size, hidden_size=128, num_hidden_layers=4, num_attention_heads=4,
-                  num_key_value_heads=2, head_dim=32, max_position_embeddings=256, tie_word_embeddings=True,
+                  num_key_value_heads=2, head_dim=32, max_position_embeddings=512, tie_word_embeddings=True,
                   rope_theta=10000.0, pad_token_id=pad_id, eos_token_id=eos_id, bos_token_id=None)
     if arch == "dense":
         return Qwen3Config(intermediate_size=344, **common)

@@ -1,10 +1,14 @@
 """Supervised pretraining of the embedded base policies on the arithmetic-chain task.
 
-Each step draws `batch_size` train prompts and a fresh SFT completion for each
-(`gpolib.tasks.solution_text`: random check lines, a few wrong steps), so the base
-policy learns a distribution of answer lengths and keeps some error rate. The loss
-is next-token cross-entropy on completion tokens (and EOS) only; for the MoE the
-router load-balancing loss (coefficient `router_aux_loss_coef`) is added.
+Each step draws `batch_size` fresh problems from the task generator (never a val or
+held-out prompt) and one SFT completion for each (`gpolib.tasks.solution_text`: every
+product written directly or long at random, every result correct), so the base policy
+has practised both forms and picks between them per step; its errors come from what it
+cannot reliably do in one go (3- and 4-digit products written directly), not from wrong
+data. The budget (`steps`) is part of the recipe: a longer one makes the direct form
+more reliable too. The loss is next-token cross-entropy on completion tokens (and EOS)
+only; for the MoE the router load-balancing loss (coefficient `router_aux_loss_coef`)
+is added.
 """
 from __future__ import annotations
 
@@ -20,7 +24,7 @@ from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM
 
 from gpolib.models import EMBEDDED, tiny_config
-from gpolib.tasks import Problem, default_task_path, load_tasks, repo_root, solution_text
+from gpolib.tasks import N_OPS_CYCLE, default_task_path, load_tasks, make_problem, repo_root, solution_text
 from gpolib.tokenizer import build_tokenizer
 
 
@@ -30,7 +34,7 @@ class PretrainConfig:
 
     arch: str = "dense"
     """"dense" (Qwen3ForCausalLM) or "moe" (Qwen3MoeForCausalLM)"""
-    steps: int = 1200
+    steps: int = 800
     """optimizer steps"""
     batch_size: int = 64
     """sequences per step"""
@@ -40,10 +44,8 @@ class PretrainConfig:
     """warmup steps"""
     weight_decay: float = 0.01
     """AdamW weight decay"""
-    p_check: float = 0.3
-    """probability of a redundant check line after each SFT step"""
-    p_noise: float = 0.05
-    """probability that an SFT step result is wrong"""
+    p_long: float = 0.3
+    """probability that an SFT product is written long (digit by digit) instead of directly"""
     seed: int = 0
     """seeds torch and the data stream"""
     out: str = ""
@@ -64,13 +66,20 @@ def lr_at(step: int, cfg: PretrainConfig) -> float:
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def sft_batch(rows: list[dict], tok, rng: random.Random, cfg: PretrainConfig):
+def reserved_prompts() -> set[str]:
+    """Prompts of the val and held-out splits: never drawn for supervised training."""
+    return {row["prompt"] for split in ("val", "heldout") for row in load_tasks(default_task_path(split))}
+
+
+def sft_batch(reserved: set[str], tok, rng: random.Random, cfg: PretrainConfig):
     """Right-padded (input_ids, attention_mask, labels), each (B, T); labels -100 off the completion."""
     seqs, n_prompt = [], []
-    for row in rows:
-        problem = Problem.from_row(row)
-        prompt_ids = tok(row["prompt"]).input_ids
-        completion = solution_text(problem, rng, cfg.p_check, cfg.p_noise)
+    while len(seqs) < cfg.batch_size:
+        problem = make_problem(rng, N_OPS_CYCLE[rng.randrange(len(N_OPS_CYCLE))])
+        if problem.prompt in reserved:
+            continue
+        prompt_ids = tok(problem.prompt).input_ids
+        completion = solution_text(problem, rng, cfg.p_long)
         seqs.append(prompt_ids + tok(completion).input_ids + [tok.eos_token_id])
         n_prompt.append(len(prompt_ids))
     T = max(len(s) for s in seqs)
@@ -93,14 +102,14 @@ def pretrain(cfg: PretrainConfig, show_progress: bool = True) -> list[float]:
     rng = random.Random(cfg.seed)
     tok = build_tokenizer(padding_side="right")
     model = AutoModelForCausalLM.from_config(tiny_config(cfg.arch, len(tok), tok.pad_token_id, tok.eos_token_id))
-    rows = load_tasks(default_task_path("train"))
+    reserved = reserved_prompts()
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
     is_moe = cfg.arch == "moe"
     losses, start = [], time.perf_counter()
     for step in (bar := tqdm(range(cfg.steps), disable=not show_progress, desc=f"pretrain {cfg.arch}")):
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cfg)
-        ids, mask, labels = sft_batch(rng.sample(rows, cfg.batch_size), tok, rng, cfg)
+        ids, mask, labels = sft_batch(reserved, tok, rng, cfg)
         out = model(input_ids=ids, attention_mask=mask, labels=labels, output_router_logits=is_moe)
         opt.zero_grad(set_to_none=True)
         out.loss.backward()
@@ -175,8 +184,9 @@ def _recipe_lines(log: dict, cfg: dict) -> list[str]:
             f"- {rc['steps']} AdamW steps, batch {rc['batch_size']}, peak lr {rc['lr']} "
             f"(warmup {rc['warmup']}, cosine to 10%), weight decay {rc['weight_decay']}, grad-norm clip 1.0, "
             f"seed {rc['seed']}.",
-            "- Data: train prompts of `data/tasks/train.jsonl`, a fresh SFT completion per draw with check lines",
-            f"  (p={rc['p_check']} per step) and wrong step results (p={rc['p_noise']} per step).",
+            "- Data: fresh problems from `gpolib.tasks.make_problem` (val and held-out prompts excluded), one SFT",
+            f"  completion each; every product written long (digit by digit) with p={rc['p_long']}, else directly;",
+            "  every written result is correct.",
             f"- Loss: cross-entropy on completion tokens and EOS only{aux}.",
             f"- Wall time: {log['wall_s']} s on {log['torch_threads']} CPU threads; "
             f"final loss {log['loss'][-1]:.4f} (curve in `train_log.json`).", "",
@@ -199,8 +209,8 @@ def _card_text(log: dict, cfg: dict, metrics: dict | None) -> str:
     head = [f"# {Path(log['config']['out']).name}: embedded base policy ({arch})", "",
             "Character-level policy for the arithmetic-chain task of `gpolib.tasks`, trained from scratch",
             "by supervised learning. It is the base policy of the workbook's RL experiments.", "",
-            "Prompt `7-3*4+12=?\\n` (left to right); completion: one `a<op>b=c` line per step, optional",
-            "`chk` lines, final line `A=<int>`, then `<eos>`. Load with `gpolib.models.load_policy(path)` or",
+            "Prompt `47*6+13*7=?\\n` (left to right); completion: one line per step (a product either direct,",
+            "`295*7=2065`, or long, `295*7:5*7=35,9*7+3=66,2*7+6=20;295*7=2065`), final line `A=<int>`, then `<eos>`. Load with `gpolib.models.load_policy(path)` or",
             "`AutoModelForCausalLM.from_pretrained(path)` / `AutoTokenizer.from_pretrained(path)`.", ""]
     lines = head + _arch_lines(log, cfg, arch) + _recipe_lines(log, cfg) + _metrics_lines(metrics)
     return "\n".join(lines)

@@ -1,43 +1,55 @@
-"""The embedded verifiable task: integer arithmetic chains evaluated left to right.
+"""The embedded verifiable task: integer arithmetic chains with multi-digit products.
 
-A problem is a chain of 2..5 small integers joined by `+`, `-` or `*`, evaluated
-strictly left to right (no operator precedence). The prompt is the chain followed
-by `=?` and a newline; the model continues it with one line per intermediate step,
-optional re-checking lines, and a final answer line:
+A problem is a chain of 2..6 integers joined by `+`, `-` or `*`, evaluated strictly
+left to right (no operator precedence). The prompt is the chain followed by `=?` and a
+newline; the model continues it with one line per step and a final answer line:
 
-    prompt      "7-3*4+12=?\\n"
-    completion  "7-3=4\\n4*4=16\\nchk 16/4=4\\n16+12=28\\nA=28"   (+ EOS token)
+    prompt      "47*6+13*7=?\\n"
+    completion  "47*6=282\\n282+13=295\\n295*7:5*7=35,9*7+3=66,2*7+6=20;295*7=2065\\nA=2065"
+                (+ EOS token)
 
-- step line    `a<op>b=c`         c is the running value after applying <op> b.
-- check line   `chk c<inv>b=a`    redundant inverse of the step just above it
-                                  (`+` <-> `-`, `*` -> `/`); it never changes the answer.
-- answer line  `A=<int>`          the only line the reward reads (see
-                                  `gpolib.rewards.parse_answer`).
+- direct step   `a<op>b=c`       c is the running value after applying <op> b.
+- long product  `a*d:<digits>;a*d=c`
+                                 the same product worked digit by digit from the right,
+                                 `x*d+carry=u` per digit of a (`+carry` left out when it is
+                                 0), then the product itself; c is read off the partials
+                                 (the last one, then the units digits of the others, newest
+                                 first). Every piece is a one-digit table fact plus a small
+                                 carry, so the long form is reliable where the direct form
+                                 of a 3- or 4-digit product is not.
+- answer line   `A=<int>`        the only line the reward reads (`gpolib.rewards.parse_answer`).
 
-Difficulty is `n_ops`, the number of operators (1..4): every extra operator is one
-more step where the policy can slip. The supervised data (`solution_text`) adds
-check lines at random, so answers to one prompt vary in length, and writes a wrong
-step result with a small probability, so the pretrained base policy is imperfect.
+Difficulty is `hardness`: the total number of digits of the multiplicands of the chain's
+products (a 4-digit running value times 7 adds 4). Errors come from difficulty alone: the
+supervised data (`solution_text`) never writes a wrong result; it writes each product
+directly or long at random (`p_long`), so the base policy has practised both and picks
+between them per step. Longer work pays on hard steps, which is what RL can discover.
 
-Splits live in `data/tasks/{train,heldout}.jsonl`, one JSON object per line:
-`{"id": str, "prompt": str, "answer": int, "n_ops": int, "operands": [...], "ops": [...]}`.
+Splits live in `data/tasks/{train,val,heldout}.jsonl`, one JSON object per line:
+`{"id", "prompt", "answer", "n_ops", "operands", "ops", "hardness"}`. `val` is for tuning,
+`heldout` for judging claims; the three are disjoint by prompt.
 """
 from __future__ import annotations
 
 import json
 import random
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from .paths import repo_root, resolve
 
 OPS = ("+", "-", "*")
-MAX_OPS = 4
-"""the longest chain has MAX_OPS operators (MAX_OPS + 1 operands)"""
-N_OPS_CYCLE = (1, 2, 3, 4, 2, 3, 4, 4)
-"""split rows take n_ops from this cycle (one-step chains are few and easy)"""
-MUL_LIMIT = 60
-"""`*` is only drawn while |running value| <= MUL_LIMIT, which keeps numbers short"""
+MIN_OPS, MAX_OPS = 2, 6
+"""chains have MIN_OPS..MAX_OPS operators"""
+N_OPS_CYCLE = (2, 3, 4, 5, 6, 4, 5, 6)
+"""split rows take n_ops from this cycle"""
+MUL_MAX = 9999
+"""`*` is only drawn while the running value is <= MUL_MAX (multiplicands of 2..4 digits)"""
+P_MUL = 0.7
+"""probability of drawing `*` at a step where it is allowed"""
+SPLIT_SIZES = {"heldout": 512, "val": 512, "train": 8000}
+"""rows per split, in the order they are drawn (so held-out prompts never depend on the train size)"""
 
 
 @dataclass(frozen=True)
@@ -68,6 +80,12 @@ class Problem:
     def answer(self) -> int:
         return self.values()[-1]
 
+    @property
+    def hardness(self) -> int:
+        """Total digits of the multiplicands of the `*` steps (0 for a chain without products)."""
+        values = self.values()
+        return sum(len(str(abs(values[i]))) for i, op in enumerate(self.ops) if op == "*")
+
     def values(self) -> list[int]:
         """Running values [a_0, v_1, ..., v_n], v_n being the answer."""
         out = [self.operands[0]]
@@ -87,84 +105,107 @@ def apply_op(a: int, op: str, b: int) -> int:
 
 
 def make_problem(rng: random.Random, n_ops: int) -> Problem:
-    """Draw a chain with `n_ops` operators: `+`/`-` take 0..20, `*` takes 2..9."""
-    if not 1 <= n_ops <= MAX_OPS:
-        raise ValueError(f"n_ops={n_ops!r} is invalid; allowed: 1..{MAX_OPS}")
-    value = rng.randint(0, 20)
+    """A chain with `n_ops` operators from a start in 10..99: `*` takes 2..9 (while the value is
+    <= MUL_MAX, with probability P_MUL), `+`/`-` take 1..20 (`-` never goes below 0)."""
+    if not MIN_OPS <= n_ops <= MAX_OPS:
+        raise ValueError(f"n_ops={n_ops!r} is invalid; allowed: {MIN_OPS}..{MAX_OPS}")
+    value = rng.randint(10, 99)
     operands, ops = [value], []
     for _ in range(n_ops):
-        choices = OPS if abs(value) <= MUL_LIMIT else OPS[:2]
-        op = rng.choice(choices)
-        b = rng.randint(2, 9) if op == "*" else rng.randint(0, 20)
+        if value <= MUL_MAX and rng.random() < P_MUL:
+            op, b = "*", rng.randint(2, 9)
+        else:
+            b = rng.randint(1, 20)
+            op = "-" if rng.random() < 0.5 and value >= b else "+"
         value = apply_op(value, op, b)
         operands.append(b)
         ops.append(op)
     return Problem(tuple(operands), tuple(ops))
 
 
-def _check_line(c: int, op: str, b: int) -> str | None:
-    """`chk c<inv>b=a` undoing the step `a<op>b=c`; None when `c/b` is not exact."""
-    if op == "*":
-        return f"chk {c}/{b}={c // b}" if c % b == 0 else None
-    inverse, a = ("-", c - b) if op == "+" else ("+", c + b)
-    return f"chk {c}{inverse}{b}={a}"
+def long_product(a: int, d: int) -> str:
+    """`a*d:x*d=u,x*d+c=u,...;a*d=p` — a times one digit d, worked digit by digit from the right."""
+    pieces, carry = [], 0
+    for x in (int(ch) for ch in reversed(str(a))):
+        u = x * d + carry
+        pieces.append(f"{x}*{d}+{carry}={u}" if carry else f"{x}*{d}={u}")
+        carry = u // 10
+    return f"{a}*{d}:" + ",".join(pieces) + f";{a}*{d}={a * d}"
 
 
-def _slip(rng: random.Random, value: int) -> int:
-    """A plausible wrong result: off by 1..10 in either direction."""
-    return value + rng.choice((-1, 1)) * rng.randint(1, 10)
+def solution_text(problem: Problem, rng: random.Random, p_long: float = 0.3) -> str:
+    """SFT completion for `problem` (without EOS); every written result is correct.
 
-
-def solution_text(problem: Problem, rng: random.Random, p_check: float = 0.3,
-                  p_noise: float = 0.05) -> str:
-    """SFT completion for `problem` (without EOS): steps, optional checks, answer line.
-
-    p_check: probability of a redundant check line after each step.
-    p_noise: probability that a step's written result is wrong; later steps then
-        continue from the wrong value, so the final answer is wrong too.
+    p_long: probability that a product is written long (`long_product`) instead of directly.
     """
     lines, value = [], problem.operands[0]
     for op, b in zip(problem.ops, problem.operands[1:]):
         result = apply_op(value, op, b)
-        if rng.random() < p_noise:
-            result = _slip(rng, result)
-        lines.append(f"{value}{op}{b}={result}")
-        check = _check_line(result, op, b) if rng.random() < p_check else None
-        if check is not None:
-            lines.append(check)
+        if op == "*":
+            lines.append(long_product(value, b) if rng.random() < p_long else f"{value}*{b}={result}")
+        else:
+            lines.append(f"{value}{op}{b}={result}")
         value = result
     lines.append(f"A={value}")
     return "\n".join(lines)
 
 
+_PRODUCT_LINE = re.compile(r"(-?\d+)\*(\d)(:[^;\n]*;\1\*\2)?=(-?\d+)")
+_SUM_LINE = re.compile(r"-?\d+[+-]\d+=-?\d+")
+
+
+def product_steps(text: str) -> list[dict]:
+    """The product lines of a completion: multiplicand digits, form ('direct' | 'long'), and whether
+    the written product is right for the multiplicand written (the step's own correctness)."""
+    out = []
+    for line in text.split("\n"):
+        m = _PRODUCT_LINE.fullmatch(line)
+        if m:
+            a, d, c = int(m.group(1)), int(m.group(2)), int(m.group(4))
+            out.append({"digits": len(str(abs(a))), "form": "long" if m.group(3) else "direct", "ok": a * d == c})
+    return out
+
+
+def line_kinds(text: str) -> dict[str, int]:
+    """Characters (tokens) per kind of line — where the length of a completion goes:
+    'long' (long products), 'direct' (direct products), 'sum' (`+`/`-` steps), 'answer', 'other'."""
+    kinds = dict.fromkeys(("long", "direct", "sum", "answer", "other"), 0)
+    for line in text.split("\n"):
+        m = _PRODUCT_LINE.fullmatch(line)
+        kind = ("long" if m and m.group(3) else "direct" if m else "sum" if _SUM_LINE.fullmatch(line)
+                else "answer" if line.startswith("A=") else "other")
+        kinds[kind] += len(line) + 1
+    return kinds
+
+
 def _record(problem: Problem, split: str, index: int) -> dict:
     return {"id": f"{split}-{index:05d}", "prompt": problem.prompt, "answer": problem.answer,
-            "n_ops": problem.n_ops, "operands": list(problem.operands), "ops": list(problem.ops)}
+            "n_ops": problem.n_ops, "operands": list(problem.operands), "ops": list(problem.ops),
+            "hardness": problem.hardness}
 
 
-def make_splits(seed: int = 0, n_train: int = 4000, n_heldout: int = 512) -> tuple[list[dict], list[dict]]:
-    """Deterministic, disjoint (by prompt) train and held-out splits; n_ops follows N_OPS_CYCLE."""
+def make_splits(seed: int = 0, sizes: dict | None = None) -> dict[str, list[dict]]:
+    """Deterministic splits, disjoint by prompt, drawn in the order heldout, val, train."""
+    sizes = dict(SPLIT_SIZES, **(sizes or {}))
     rng = random.Random(seed)
     seen: set[str] = set()
-    splits = {"train": [], "heldout": []}
-    for split, n in (("heldout", n_heldout), ("train", n_train)):
-        while len(splits[split]) < n:
-            problem = make_problem(rng, N_OPS_CYCLE[len(splits[split]) % len(N_OPS_CYCLE)])
-            if problem.prompt in seen:
-                continue
-            seen.add(problem.prompt)
-            splits[split].append(_record(problem, split, len(splits[split])))
-    return splits["train"], splits["heldout"]
+    splits: dict[str, list[dict]] = {}
+    for split in ("heldout", "val", "train"):
+        rows = splits[split] = []
+        while len(rows) < sizes[split]:
+            problem = make_problem(rng, N_OPS_CYCLE[len(rows) % len(N_OPS_CYCLE)])
+            if problem.prompt not in seen:
+                seen.add(problem.prompt)
+                rows.append(_record(problem, split, len(rows)))
+    return splits
 
 
-def write_splits(out_dir: str | Path = "data/tasks", seed: int = 0, n_train: int = 4000,
-                 n_heldout: int = 512) -> dict[str, Path]:
-    """Write train.jsonl and heldout.jsonl under `out_dir`; returns their paths."""
+def write_splits(out_dir: str | Path = "data/tasks", seed: int = 0, sizes: dict | None = None) -> dict[str, Path]:
+    """Write train.jsonl, val.jsonl and heldout.jsonl under `out_dir`; returns their paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    train, heldout = make_splits(seed, n_train, n_heldout)
     paths = {}
-    for name, rows in (("train", train), ("heldout", heldout)):
+    for name, rows in make_splits(seed, sizes).items():
         paths[name] = out / f"{name}.jsonl"
         paths[name].write_text("".join(json.dumps(r) + "\n" for r in rows))
     return paths

@@ -33,7 +33,7 @@ def build_tokenizer(padding_side: str = "left") -> PreTrainedTokenizerFast:
     """The task tokenizer; `padding_side` is "left" (generation) or "right"."""
     return PreTrainedTokenizerFast(
         tokenizer_object=_backend(), pad_token="<pad>", eos_token="<eos>", unk_token="<unk>",
-        padding_side=padding_side, clean_up_tokenization_spaces=False, model_max_length=256)
+        padding_side=padding_side, clean_up_tokenization_spaces=False, model_max_length=512)
 
 
 def save_tokenizer(out_dir: str | Path, padding_side: str = "left") -> PreTrainedTokenizerFast:

@@ -36,7 +36,7 @@ INVALID_TRAIN = [
     ({"prompts_per_step": -2}, "prompts_per_step"),
     ({"max_new_tokens": 0}, "max_new_tokens"),
     ({"overlong": "truncate"}, "overlong"),
-    ({"overlong_cache": 96}, "overlong_cache"),
+    ({"overlong_cache": 192}, "overlong_cache"),  # = max_new_tokens
     ({"overlong_cache": 1.5}, "overlong_cache"),
     ({"overlong_cache": -1}, "overlong_cache"),
     ({"old_logps": "vllm"}, "old_logps"),
@@ -108,7 +108,7 @@ def test_preset_values_match_papers():
     dapo = presets.get("dapo")
     assert (dapo.loss.eps_low, dapo.loss.eps_high, dapo.loss.aggregation) == (0.2, 0.28, "token_mean")
     assert dapo.dynamic_sampling and dapo.overlong == "shaping"
-    assert dapo.overlong_cache == 0.2 and dapo.overlong_cache_len == round(0.2 * 96) == 19  # 4096 of 20480
+    assert dapo.overlong_cache == 0.2 and dapo.overlong_cache_len == round(0.2 * 192) == 38  # 4096 of 20480
     gspo = presets.get("gspo")
     assert (gspo.loss.ratio_level, gspo.loss.eps_low, gspo.loss.eps_high, gspo.mu) == ("sequence", 3e-4, 4e-4, 4)
     dr = presets.get("dr_grpo")

@@ -101,11 +101,12 @@ def test_reward_functions():
     funcs = trl_reward_funcs("dapo")
     assert len(funcs) == 2 and trl_reward_funcs("grpo") == [trl_correctness]
     assert trl_correctness(["x\nA=12", "A=13\n", "A=12 "], answer=[12, 12, 12]) == [1.0, 0.0, 0.0]
-    cache = presets.get("dapo").max_new_tokens - 77  # DAPO preset: L_cache = 19 of 96 (20%)
-    ids = [[0] * n for n in (10, 77, 78, 90, 96)]
+    dapo = presets.get("dapo")
+    L, cache = dapo.max_new_tokens, dapo.overlong_cache_len  # DAPO preset: L_cache = 20% of the budget
+    ids = [[0] * n for n in (10, L - cache, L - cache + 1, L - 6, L)]
     got = funcs[1](prompts=None, completions=None, completion_ids=ids)
-    assert got == [soft_overlong_penalty(len(x), 96, cache) for x in ids]
-    assert got[:2] == [0.0, 0.0] and got[-1] == -1.0 and math.isclose(got[3], -13 / 19, abs_tol=1e-6)
+    assert got == [soft_overlong_penalty(len(x), L, cache) for x in ids]
+    assert got[:2] == [0.0, 0.0] and got[-1] == -1.0 and math.isclose(got[3], (6 - cache) / cache, abs_tol=1e-6)
 
 
 def shared_batch(cfg, B=8, T=12, seed=0):

@@ -24,7 +24,8 @@ def test_arm_fields_win_over_the_budget():
     assert list(cfgs) == list(gfpo.ARMS)
     assert cfgs["grpo"].gfpo_k is None and cfgs["grpo"].group_size == 8 and cfgs["grpo"].name == "grpo"
     assert (cfgs["gfpo-k4-g16-short"].group_size, cfgs["gfpo-k4-g16-short"].gfpo_k) == (16, 4)
-    assert runs.configs(dr_grpo.ARMS, BUDGET, seeds=[2])["dr_grpo/seed2"].loss.max_len == 96
+    assert runs.configs(dr_grpo.ARMS, BUDGET, seeds=[2])["dr_grpo/seed2"].loss.max_len == BUDGET.get(
+        "max_new_tokens", presets.get("dr_grpo").max_new_tokens)
 
 
 def test_run_dirs_are_keyed_by_configuration():

@@ -142,12 +142,14 @@ def test_exported_keys_reach_verl_dataclasses():
     assert algo.adv_estimator == "grpo" and algo.norm_adv_by_std_in_grpo is True
     assert algo.filter_groups.enable and algo.filter_groups.metric == "reward"
     cfg, actor, algo = verl_config(to_verl("dr_grpo"))
-    assert actor.loss_agg_mode == "seq-mean-token-sum-norm" and actor.loss_scale_factor == 96
+    assert actor.loss_agg_mode == "seq-mean-token-sum-norm" and actor.loss_scale_factor == presets.get("dr_grpo").max_new_tokens
     assert algo.norm_adv_by_std_in_grpo is False
     cfg, actor, _ = verl_config(to_verl("gspo"))
     assert actor.policy_loss.loss_mode == "gspo" and actor.ppo_mini_batch_size == 4  # 16 prompts / mu = 4
     dapo = verl_config(to_verl("dapo"))[0]
-    assert dapo.reward.reward_kwargs.overlong_buffer_cfg.len == 19 and dapo.reward.reward_kwargs.max_resp_len == 96
+    ours = presets.get("dapo")
+    assert dapo.reward.reward_kwargs.overlong_buffer_cfg.len == ours.overlong_cache_len == round(0.2 * ours.max_new_tokens)
+    assert dapo.reward.reward_kwargs.max_resp_len == ours.max_new_tokens
 
 
 def test_routing_replay_goes_to_the_megatron_trainer_only():
