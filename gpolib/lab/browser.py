@@ -1,0 +1,163 @@
+"""Look at a page in a real headless Chromium: what renders, which images load, which links resolve.
+
+Chromium (Debian's `chromium` package; `make test` installs it) runs headless with a fresh profile and is
+driven over the DevTools protocol (a websocket, `websocket-client`): navigate, wait for the load event
+(images included), evaluate one expression that lists the page's images and links, take a screenshot.
+
+    python -m gpolib.lab.browser reports/index.html reports/figures/index_screenshot.png
+"""
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run", "--remote-debugging-port=0")
+"""how Chromium is started: headless, no sandbox (containers run as root), nothing fetched in the background"""
+NAMES = ("chromium", "chromium-browser", "google-chrome", "chrome")
+
+_INVENTORY = """JSON.stringify({
+  title: document.title,
+  rows: document.querySelectorAll('table.claims tbody tr').length,
+  images: Array.from(document.images).map(i => ({src: i.src, width: i.naturalWidth, ok: i.complete && i.naturalWidth > 0})),
+  links: Array.from(document.querySelectorAll('a[href]')).map(a => a.href)})"""
+
+
+def find_chromium() -> str:
+    """Path of a Chromium executable; raises (naming the install command) if there is none."""
+    for name in NAMES:
+        if shutil.which(name):
+            return shutil.which(name)
+    raise FileNotFoundError("no Chromium found; install it with `apt-get install -y chromium` (make test does)")
+
+
+class Page:
+    """One tab, spoken to over the DevTools protocol."""
+
+    def __init__(self, ws):
+        self.ws, self.next_id, self.events = ws, 0, []
+
+    def call(self, method: str, **params) -> dict:
+        """Send a command and return its result; events that arrive meanwhile are kept in `events`."""
+        self.next_id += 1
+        self.ws.send(json.dumps({"id": self.next_id, "method": method, "params": params}))
+        while True:
+            msg = json.loads(self.ws.recv())
+            if msg.get("id") == self.next_id:
+                if "error" in msg:
+                    raise RuntimeError(f"{method}: {msg['error']}")
+                return msg.get("result", {})
+            self.events.append(msg)
+
+    def goto(self, url: str, timeout: float = 60.0) -> None:
+        """Navigate and wait for the load event (every image loaded or failed)."""
+        self.events.clear()
+        self.call("Page.enable")
+        self.call("Page.navigate", url=url)
+        deadline = time.monotonic() + timeout
+        while not any(e.get("method") == "Page.loadEventFired" for e in self.events):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{url} did not finish loading in {timeout} s")
+            self.events.append(json.loads(self.ws.recv()))
+
+    def evaluate(self, expression: str):
+        """Value of a JavaScript expression in the page."""
+        return self.call("Runtime.evaluate", expression=expression, returnByValue=True)["result"].get("value")
+
+    def screenshot(self, out: Path | str) -> Path:
+        """PNG of the viewport, written to `out`."""
+        data = self.call("Page.captureScreenshot", format="png")["data"]
+        out = Path(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(base64.b64decode(data))
+        return out
+
+
+def _devtools_url(profile_dir: Path, proc, timeout: float) -> str:
+    """The websocket of the first tab, once Chromium has written its DevToolsActivePort file."""
+    port_file, deadline = profile_dir / "DevToolsActivePort", time.monotonic() + timeout
+    while not port_file.exists() or not port_file.read_text().strip():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"Chromium did not start (exit code {proc.poll()})")
+        time.sleep(0.1)
+    port = port_file.read_text().split()[0]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=timeout) as r:
+        tabs = [t for t in json.load(r) if t.get("type") == "page"]
+    return tabs[0]["webSocketDebuggerUrl"]
+
+
+@contextlib.contextmanager
+def open_page(width: int = 1280, height: int = 1000, timeout: float = 60.0):
+    """A headless Chromium with a fresh profile and one tab of width x height; closed on exit."""
+    import websocket  # websocket-client
+
+    profile_dir = Path(tempfile.mkdtemp(prefix="gpolib-chromium-"))
+    proc = subprocess.Popen([find_chromium(), *FLAGS, f"--user-data-dir={profile_dir}",
+                             f"--window-size={width},{height}", "about:blank"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ws = None
+    try:
+        ws = websocket.create_connection(_devtools_url(profile_dir, proc, timeout), timeout=timeout,
+                                         suppress_origin=True)
+        yield Page(ws)
+    finally:
+        if ws is not None:
+            ws.close()
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(profile_dir, ignore_errors=True)
+
+
+def inventory(page: Page) -> dict:
+    """title, number of scoreboard rows, images (src, naturalWidth, ok) and link targets of the loaded page."""
+    return json.loads(page.evaluate(_INVENTORY))
+
+
+def problems(inv: dict) -> list:
+    """Why the page is broken (empty when it is whole): images that did not load, links to missing files
+    or outside the local folder."""
+    found = [f"image did not load: {i['src']}" for i in inv["images"] if not i["ok"]]
+    for href in inv["links"]:
+        url = urlparse(href)
+        if url.scheme != "file":
+            found.append(f"link leaves the local folder: {href}")
+        elif not Path(unquote(url.path)).is_file():
+            found.append(f"broken link: {href}")
+    return found
+
+
+def check(html: Path | str, screenshot: Path | str | None = None) -> tuple:
+    """Open a local HTML file; returns (inventory, problems) and writes a screenshot if asked."""
+    with open_page() as page:
+        page.goto(Path(html).resolve().as_uri())
+        inv = inventory(page)
+        if screenshot is not None:
+            page.screenshot(screenshot)
+    return inv, problems(inv)
+
+
+def main(argv=None) -> int:
+    """`python -m gpolib.lab.browser PAGE.html [SCREENSHOT.png]`: exit 1 if the page has a problem."""
+    args = sys.argv[1:] if argv is None else argv
+    inv, found = check(args[0], args[1] if len(args) > 1 else None)
+    print(f"{args[0]}: {len(inv['images'])} images, {len(inv['links'])} links, {inv['rows']} claims")
+    for msg in found:
+        print(msg, file=sys.stderr)
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""reports/index.html in a real headless Chromium (gpolib/lab/index.py, gpolib/lab/browser.py): the page renders,
+every image loads, every link resolves, a broken one is caught, a screenshot is written."""
+import json
+import shutil
+from pathlib import Path
+
+import matplotlib
+import matplotlib.pyplot as plt
+import pytest
+
+from gpolib.lab import browser, index
+
+matplotlib.use("Agg")
+ROOT = Path(__file__).resolve().parents[1]
+CLAIMS = [
+    {"id": "G1", "verdict": "reproduced", "ours": "0.69 -> 0.86", "paper": "82.9 -> 88.2", "paper_name": "DeepSeekMath 4.1",
+     "claim": "GRPO improves", "criterion": "rises >= 5 points", "notebook": "01_x"},
+    {"id": "S1", "verdict": "partly", "ours": "slope 7.98e-03", "paper": "0.134", "paper_name": "GSPO",
+     "claim": "ratios decay <&>", "criterion": "slope > 0", "notebook": "01_x"},
+    {"id": "D1", "verdict": "not yet run", "ours": "", "paper": "pi < 0.2", "paper_name": "DAPO 3.1",
+     "claim": "Clip-Higher", "criterion": "entropy higher", "notebook": "03_missing"},
+]
+
+
+@pytest.fixture
+def site(tmp_path):
+    reports = tmp_path / "reports"
+    (reports / "figures").mkdir(parents=True)
+    (reports / "html").mkdir()
+    (reports / "claims.json").write_text(json.dumps(CLAIMS))
+    (reports / "claims.md").write_text("# claims\n")
+    (reports / "html" / "01_x.html").write_text("<html><body>notebook</body></html>")
+    for name, width in (("a.png", 3.0), ("b.png", 2.0)):
+        fig = plt.figure(figsize=(width, 1.0), dpi=100)
+        fig.savefig(reports / "figures" / name)
+        plt.close(fig)
+    shutil.copy(reports / "figures" / "a.png", reports / "figures" / "index_screenshot.png")  # left off the page
+    return tmp_path
+
+
+def test_page_renders_with_every_image_and_link(site):
+    page_file = index.build("full", root=site)
+    reports = site / "reports"
+    with browser.open_page() as page:
+        page.goto(page_file.as_uri())
+        inv = browser.inventory(page)
+        colours = page.evaluate("Array.from(document.querySelectorAll('td.verdict'))"
+                                ".map(td => getComputedStyle(td).backgroundColor)")
+        claim_text = page.evaluate("document.querySelectorAll('table.claims tbody tr')[1].cells[1].textContent")
+        shot = page.screenshot(site / "shot.png")
+    assert inv["title"] == "gpolib workbook · full" and inv["rows"] == 3
+    assert [(Path(i["src"]).name, i["width"]) for i in inv["images"]] == [("a.png", 300), ("b.png", 200)]
+    assert colours == ["rgb(46, 125, 50)", "rgb(239, 143, 0)", "rgb(117, 117, 117)"]  # VERDICT_COLOURS
+    assert claim_text == "ratios decay <&>"  # escaped in the HTML, shown as written
+    targets = sorted({Path(h[len("file://"):]).relative_to(reports).as_posix() for h in inv["links"]})
+    assert targets == ["claims.json", "claims.md", "figures/a.png", "figures/b.png", "html/01_x.html"]
+    assert browser.problems(inv) == []  # 03_missing has no HTML: named, not linked
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
+
+
+def test_a_broken_image_or_link_is_reported(site):
+    page_file = index.build("full", root=site)
+    reports = site / "reports"
+    (reports / "figures" / "b.png").unlink()
+    (reports / "html" / "01_x.html").unlink()
+    inv, found = browser.check(page_file)
+    b, nb = (reports / "figures" / "b.png").as_uri(), (reports / "html" / "01_x.html").as_uri()
+    assert sorted(found) == sorted([f"image did not load: {b}", f"broken link: {b}"] + [f"broken link: {nb}"] * 3)
+
+
+def test_committed_report_page_is_whole_and_screenshot(tmp_path):
+    page_file = ROOT / "reports" / "index.html"
+    claims = json.loads((ROOT / "reports" / "claims.json").read_text())
+    figures = [p for p in (ROOT / "reports" / "figures").glob("*.png") if not p.name.startswith("index_")]
+    inv, found = browser.check(page_file, screenshot=tmp_path / "index.png")
+    assert found == []
+    assert inv["rows"] == len(claims) and len(inv["images"]) == len(figures)
+    assert (tmp_path / "index.png").stat().st_size > 10_000
