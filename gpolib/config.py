@@ -132,6 +132,13 @@ class TrainConfig:
     """source of pi_old: 'trainer' (recomputed) or 'engine' (sampling log-probs, GSPO Sec. 5.4)."""
     routing_replay: bool = False
     """MoE only (GSPO Sec. 5.3): replay the rollout's expert choices in the training forward passes."""
+    train_router: bool = False
+    """MoE only, with LoRA: also train each layer's router weight `mlp.gate.weight` (E, H) in full (peft
+    `modules_to_save`; see models.lora_config); False keeps it frozen, so LoRA on the experts and attention
+    changes the routing only through the router's inputs. Full fine-tuning (lora_r=0) trains it anyway."""
+    rollout_autocast: Optional[str] = None
+    """None, 'bfloat16' or 'float16': sample rollouts under torch.autocast in that dtype, a reduced-precision
+    rollout engine whose log-probs (`old_logps='engine'`, GSPO Sec. 5.4) differ from the trainer's."""
     backend: str = "hf"
     """rollout engine: 'hf' (transformers forward + KV cache, finished rows dropped), 'hf_generate'
     (transformers generate), or 'vllm' (optional extra, CUDA; the policy reaches it as a LoRA adapter

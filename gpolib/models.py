@@ -23,6 +23,8 @@ ATTENTION_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
 MLP_TARGETS = ["gate_proj", "up_proj", "down_proj"]
 EXPERT_PARAMETERS = ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]
 """the fused 3-D expert weights of Qwen3-MoE, reached by peft's `target_parameters`"""
+ROUTER_MODULE = "mlp.gate"
+"""the router of a Qwen3-MoE / Qwen2-MoE sparse block (`Qwen3MoeTopKRouter`: one (E, H) `weight`)"""
 
 
 def tiny_config(arch: str, vocab_size: int, pad_id: int, eos_id: int):
@@ -70,31 +72,40 @@ def _ensure_pad(tokenizer, padding_side: str):
     return tokenizer
 
 
-def lora_config(model, lora_r: int, lora_alpha: int):
+def lora_config(model, lora_r: int, lora_alpha: int, train_router: bool = False):
     """LoRA on attention and MLP projections; on MoE the fused experts via `target_parameters`.
 
     Qwen3-MoE experts are 3-D parameters (`gate_up_proj` (E, 2I, H), `down_proj` (E, H, I)),
     not nn.Linear; peft 0.21's `target_parameters` adapts them (checked in tests/test_models.py).
-    The router (`mlp.gate`) is never adapted, so it stays frozen.
+    The router (`mlp.gate`) stays frozen unless `train_router`: then its whole (E, H) weight is trained,
+    through peft's `modules_to_save` (a trainable copy per layer, saved with the adapter; the frozen
+    original serves the reference policy when adapters are disabled). Full rather than LoRA because the
+    router is tiny (E x H: 4k parameters per layer here, 0.26M in Qwen3-30B-A3B), a rank-r LoRA with
+    r >= E (16 >= 8 here) would be full rank anyway, and GSPO Sec. 5.3 trains the whole model.
     """
     from peft import LoraConfig
 
     is_moe = getattr(model.config, "num_experts", 0) > 0 and any(
         n.endswith("mlp.experts.gate_up_proj") for n, _ in model.named_parameters())
+    if train_router and not moe.is_moe(model):
+        raise ValueError("train_router=True is invalid; allowed: only for a model with MoE routers (`mlp.gate`)")
+    router = dict(modules_to_save=[ROUTER_MODULE]) if train_router else {}
     if is_moe:
         return LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=0.0, task_type="CAUSAL_LM",
-                          target_modules=ATTENTION_TARGETS, target_parameters=EXPERT_PARAMETERS)
+                          target_modules=ATTENTION_TARGETS, target_parameters=EXPERT_PARAMETERS, **router)
     return LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=0.0, task_type="CAUSAL_LM",
-                      target_modules=ATTENTION_TARGETS + MLP_TARGETS)
+                      target_modules=ATTENTION_TARGETS + MLP_TARGETS, **router)
 
 
 def load_policy(name_or_path: str, lora_r: int = 16, lora_alpha: int = 32, device: str = "cpu",
-                dtype: str = "float32", padding_side: str = "left", gradient_checkpointing: bool = False):
+                dtype: str = "float32", padding_side: str = "left", gradient_checkpointing: bool = False,
+                train_router: bool = False):
     """Load (model, tokenizer) from a hub name or a local directory, with LoRA when lora_r > 0.
 
     Steps: 1. resolve/check the path (raises before any hub call for missing local paths);
     2. check the config is a causal LM (ValueError otherwise); 3. load model and tokenizer;
-    4. make sure a pad token exists; 5. wrap with peft LoRA (base weights frozen);
+    4. make sure a pad token exists; 5. wrap with peft LoRA (base weights frozen; the MoE router
+    trained too if `train_router`, see `lora_config`);
     6. optionally recompute activations in the backward pass (training mode only; sampling, in eval
     mode, keeps its KV cache).
     """
@@ -108,7 +119,9 @@ def load_policy(name_or_path: str, lora_r: int = 16, lora_alpha: int = 32, devic
     if lora_r > 0:
         from peft import get_peft_model
 
-        model = get_peft_model(model, lora_config(model, lora_r, lora_alpha))
+        model = get_peft_model(model, lora_config(model, lora_r, lora_alpha, train_router))
+    elif train_router and not moe.is_moe(model):
+        raise ValueError("train_router=True is invalid; allowed: only for a model with MoE routers (`mlp.gate`)")
     if gradient_checkpointing:
         enable_gradient_checkpointing(model)
     return model, tokenizer

@@ -14,9 +14,27 @@ import torch
 
 
 def routers(model) -> list:
-    """The router (gate) modules of every sparse MoE layer, in layer order."""
-    return [m for name, m in model.named_modules()
-            if type(m).__name__.endswith("TopKRouter") or (name.endswith("mlp.gate") and hasattr(m, "top_k"))]
+    """The gate of every sparse MoE block (a module holding `gate` and `experts`), in layer order.
+
+    Each entry is the module the block calls: the router itself, or the peft wrapper around it when the
+    router is trained (`models.lora_config(train_router=True)`), so one hook per layer sees one call.
+    Qwen3-MoE and Qwen2-MoE blocks qualify (Qwen2-MoE's `shared_expert_gate` is not a block's `gate`).
+    """
+    return [m.gate for m in model.modules()
+            if "gate" in m._modules and "experts" in m._modules and hasattr(router_module(m.gate), "top_k")]
+
+
+def router_module(gate):
+    """The router a (possibly peft-wrapped) gate runs now: the trained copy of a `ModulesToSaveWrapper`, its
+    frozen original when adapters are disabled (the reference policy), the base layer of a LoRA wrapper."""
+    if "original_module" in gate._modules:  # peft ModulesToSaveWrapper
+        active = gate.active_adapters
+        if gate.disable_adapters or not active or any(a not in gate.modules_to_save for a in active):
+            return router_module(gate.original_module)
+        return router_module(gate.modules_to_save[active[0]])
+    if "base_layer" in gate._modules:  # peft LoRA layer
+        return router_module(gate.base_layer)
+    return gate
 
 
 def is_moe(model) -> bool:
@@ -45,11 +63,14 @@ def stack_by_layer(store: list, n_layers: int) -> list:
 
 
 def _replayed(module, output, experts: torch.Tensor):
-    """Router output with forced experts; weights = softmax(new logits) at those experts (renormalised)."""
+    """Router output with forced experts (GSPO Sec. 5.3): weights are the new router's probabilities at the
+    recorded experts, w_j = softmax(z)_{e_j} over all E experts, divided by sum_j w_j if norm_topk_prob."""
     logits = output[0]  # (N, E)
-    probs = torch.softmax(logits, dim=-1, dtype=torch.float)
+    if experts.shape[0] != logits.shape[0]:
+        raise ValueError(f"replayed routing has {experts.shape[0]} tokens, the forward pass {logits.shape[0]}")
+    probs = torch.softmax(logits, dim=-1, dtype=torch.float)  # (N, E)
     weights = probs.gather(1, experts)  # (N, k)
-    if getattr(module, "norm_topk_prob", False):
+    if getattr(router_module(module), "norm_topk_prob", False):
         weights = weights / weights.sum(dim=-1, keepdim=True)
     return logits, weights.to(logits.dtype), experts
 

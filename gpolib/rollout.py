@@ -11,6 +11,7 @@ distribution the trainer also uses; with top_p < 1 the nucleus truncation is not
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -157,6 +158,16 @@ def to_rollout(tokenizer, prompts, group_size, p_ids, p_mask, c_ids, logps) -> R
     index = torch.arange(len(prompts)).repeat_interleave(group_size)
     return Rollout(p_ids.cpu(), p_mask.cpu(), c_ids.cpu(), mask.cpu(), (logps * mask).cpu(),
                    truncated.cpu(), texts, index)
+
+
+def autocast(dtype, device: str):
+    """Sampling in reduced precision: torch.autocast(dtype) on `device`'s type ('cpu' or 'cuda'); None: unchanged.
+
+    Matmuls then run in bf16/fp16 while the trainer recomputes in the policy's dtype, so the sampling
+    log-probs (the engine's pi_old) genuinely differ from the trainer's, as with a separate engine."""
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type="cuda" if str(device).startswith("cuda") else "cpu", dtype=getattr(torch, dtype))
 
 
 def generate(model, tokenizer, prompts: list, group_size: int, max_new_tokens: int, temperature: float = 1.0,

@@ -23,7 +23,7 @@ from .logprobs import completion_logps
 from .memory import check_fits
 from .metrics import update_missing
 from .rewards import correctness_reward, soft_overlong_penalty
-from .rollout import Rollout, generate
+from .rollout import Rollout, autocast, generate
 from .rundir import RunDir
 from .runtime import cpu_threads
 from .tasks import render_prompt
@@ -48,7 +48,8 @@ class Trainer:
                              f"{len(self.train_tasks)} prompts of {cfg.task_train}")
         checkpointing = self.device.startswith("cuda") if cfg.gradient_checkpointing is None else cfg.gradient_checkpointing
         self.model, self.tok = load_policy(cfg.model, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha, device=self.device,
-                                           dtype=cfg.dtype, gradient_checkpointing=checkpointing)
+                                           dtype=cfg.dtype, gradient_checkpointing=checkpointing,
+                                           train_router=cfg.train_router)
         check_fits(cfg, self.model)
         self.engine = _vllm_engine(cfg) if cfg.backend == "vllm" else None
         self.params = [p for p in self.model.parameters() if p.requires_grad]
@@ -86,7 +87,7 @@ class Trainer:
     def rollout(self, tasks: list, group_size: int, greedy: bool = False) -> Rollout:
         c = self.cfg
         self.model.eval()
-        with cpu_threads(c.rollout_threads if self.device == "cpu" else 0):
+        with cpu_threads(c.rollout_threads if self.device == "cpu" else 0), autocast(c.rollout_autocast, self.device):
             prompts = [render_prompt(self.tok, t["prompt"], c.prompt_style) for t in tasks]
             if self.engine is not None:  # the engine samples from the adapter of this optimizer step
                 self.engine.sync(self.model, self.sched.last_epoch)

@@ -20,6 +20,7 @@ BACKENDS = ("hf", "hf_generate", "vllm")
 DEVICES = ("cpu", "cuda", "auto")
 DTYPES = ("float32", "bfloat16", "float16")
 PROMPT_STYLES = ("auto", "raw", "chat")
+AUTOCAST_DTYPES = ("bfloat16", "float16")
 _CHOICES = {"adv_scale": ADV_SCALES, "overlong": OVERLONG_MODES, "gfpo_metric": GFPO_METRICS,
             "old_logps": OLD_LOGP_SOURCES, "device": DEVICES, "dtype": DTYPES, "prompt_style": PROMPT_STYLES}
 
@@ -107,6 +108,7 @@ def check_relations(cfg) -> None:
     if cfg.overlong_cache_len >= cfg.max_new_tokens:
         fail("overlong_cache", cfg.overlong_cache, f"< max_new_tokens = {cfg.max_new_tokens} tokens")
     _check_vllm(cfg)
+    _check_moe_and_engine(cfg)
     if cfg.gfpo_k is not None:
         positive("gfpo_k", cfg.gfpo_k, 0, integer=True)
         if not 2 <= cfg.gfpo_k <= cfg.group_size:
@@ -115,6 +117,17 @@ def check_relations(cfg) -> None:
         fail("gfpo_adaptive", True, "False unless gfpo_k is set")
     if cfg.loss.aggregation == "seq_mean_token_sum_norm" and cfg.loss.max_len != cfg.max_new_tokens:
         fail("loss.max_len", cfg.loss.max_len, f"max_new_tokens = {cfg.max_new_tokens} (Dr. GRPO normaliser)")
+
+
+def _check_moe_and_engine(cfg) -> None:
+    """Router training (LoRA only; the vLLM engine receives LoRA weights, not a router) and the rollout autocast."""
+    if not isinstance(cfg.train_router, bool):
+        fail("train_router", cfg.train_router, "True | False")
+    if cfg.train_router and cfg.lora_r == 0:
+        fail("train_router", True, "False with lora_r=0 (full fine-tuning trains the router already)")
+    if cfg.train_router and cfg.backend == "vllm":
+        fail("train_router", True, "False with backend='vllm' (the engine receives LoRA weights only)")
+    choice("rollout_autocast", cfg.rollout_autocast, (None,) + AUTOCAST_DTYPES)
 
 
 GAE_ONLY = ("gamma", "lambda_policy", "lambda_critic", "lambda_alpha", "value_lr_scale", "value_pretrain_steps",

@@ -76,3 +76,69 @@ def test_run_table_columns():
     assert t.loc["gspo/seed0", "clip/frac"] == pytest.approx(0.2)
     assert t.loc["grpo/seed0", "acc (last 20%)"] == pytest.approx(0.25)
     assert t.loc["gspo/seed0", "reward (last 20%)"] == pytest.approx(0.4)
+
+
+# ---------------------------------------------------------------- Sec. 5.4: engine vs trainer mismatch
+
+def test_mismatch_hand_numbers():
+    # trainer - engine: row 0 alternates +-0.1 (token-level 0.1, sequence-level 0), row 1 is +0.2 on 2 tokens
+    engine = torch.full((2, 4), -1.0, dtype=torch.float64)
+    trainer = engine + torch.tensor([[0.1, -0.1, 0.1, -0.1], [0.2, 0.2, 5.0, 5.0]], dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]], dtype=torch.float64)
+    assert gc.token_mismatch(engine, trainer, mask).tolist() == pytest.approx([0.1] * 4 + [0.2] * 2, abs=1e-12)
+    assert gc.sequence_mismatch(engine, trainer, mask).tolist() == pytest.approx([0.0, 0.2], abs=1e-12)
+    s = gc.mismatch_stats(engine, trainer, mask)
+    assert s["token_mismatch"] == pytest.approx(0.8 / 6, abs=1e-12)
+    assert s["seq_mismatch"] == pytest.approx(0.1, abs=1e-12)
+    assert s["token_mismatch_p99"] == pytest.approx(0.2, abs=1e-12)
+    assert s["seq_mismatch_p99"] == pytest.approx(0.99 * 0.2, abs=1e-12)  # linear interpolation between 0 and 0.2
+
+
+# ---------------------------------------------------------------- Sec. 5.3: routing volatility (P3)
+
+def test_expert_set_change_hand_numbers():
+    before = torch.tensor([[[[0, 1], [2, 3], [4, 5]]], [[[0, 1], [2, 3], [4, 5]]]])  # (L=2, B=1, T=3, k=2)
+    after = torch.tensor([[[[1, 0], [2, 4], [4, 5]]], [[[0, 1], [2, 3], [4, 5]]]])  # layer 0: order swap, one change
+    assert gc.expert_set_change(before, after, torch.ones(1, 3)).tolist() == pytest.approx([1 / 3, 0.0])
+    assert gc.expert_set_change(before, after, torch.tensor([[1, 0, 1]])).tolist() == [0.0, 0.0]
+    assert gc.expert_set_change(before, before.flip(-1), torch.ones(1, 3)).tolist() == [0.0, 0.0]
+
+
+@pytest.fixture(scope="module")
+def tiny_models():
+    from test_moe import build
+    return build
+
+
+def _ids(B=4, T=12, seed=5):
+    ids = torch.randint(2, 64, (B, T), generator=torch.Generator().manual_seed(seed))
+    return ids, torch.ones(B, T, dtype=torch.long)
+
+
+@pytest.mark.parametrize("train_router", [False, True])
+def test_routing_change_after_one_step(tiny_models, train_router):
+    from test_moe import lm_step
+    model = tiny_models("qwen3_moe", train_router=train_router)
+    ids, attn = _ids()
+    nothing = gc.routing_change_after_step(model, ids, attn, attn, lambda: None)
+    assert nothing.tolist() == [0.0] * 4
+    share = gc.routing_change_after_step(model, ids, attn, attn, lambda: lm_step(model, lr=1e-2))
+    assert share.shape == (4,) and bool(((share >= 0) & (share <= 1)).all())
+    if train_router:
+        assert float(share.max()) > 0
+
+
+def test_update_at_matched_kl_moe_and_dense(tiny_models):
+    from test_moe import lm_step
+    ids, attn = _ids()
+    mask = attn[:, 1:].double()
+    out = {}
+    for arch in ("qwen3_moe", "dense"):
+        model = tiny_models(arch, train_router=arch != "dense")
+        old = gc.next_token_logprobs(model, ids, attn)
+        assert gc.old_new_kl(old, old, mask) == 0.0 and gc.log_ratio_std(old, old, ids, mask) == 0.0
+        out[arch] = gc.update_at_kl(model, ids, attn, mask, lambda: lm_step(model, lr=1e-2), target_kl=1e-3)
+    for arch, r in out.items():
+        assert r["kl"] == pytest.approx(1e-3, rel=1e-3) and r["alpha"] > 0 and r["log_ratio_std"] > 0
+    assert "route_change" not in out["dense"] and len(out["qwen3_moe"]["route_change"]) == 4
+    assert all(0 <= x <= 1 for x in out["qwen3_moe"]["route_change"])

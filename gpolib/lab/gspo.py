@@ -4,6 +4,9 @@
 - GSPO-token equals GSPO in value and gradient under per-sequence advantages, `token_equivalence`;
 - GSPO equals GRPO when every response has one token, `one_token_err`;
 - the two arms of Sec. 5.2, `ARMS`; per-run clip share and final reward, `clip_share`, `final_mean`, `run_table`;
+- Sec. 5.4 (P5), engine vs trainer log-probs: `token_mismatch`, `sequence_mismatch`, `mismatch_stats`;
+- Sec. 5.3 (P3), routing volatility: `expert_set_change`, `routing_change_after_step`, and the token log-ratio
+  spread at a matched update size, `update_at_kl` (exact KL(pi_old || pi_new), `old_new_kl`);
 - P1-P5: `verdict_p1` ... `verdict_p5` (P3-P5, GSPO on the MoE, are measured in a later notebook).
 Derivations live in notebook 04; docstrings name the formula they compute.
 """
@@ -119,6 +122,115 @@ def run_table(metrics_by_run: dict, frac: float = 0.2) -> pd.DataFrame:
                   "acc (last 20%)": final_mean(m, "acc/mean", frac)}
             for run, m in metrics_by_run.items()}
     return pd.DataFrame.from_dict(rows, orient="index")
+
+
+# ---------------------------------------------------------------- Sec. 5.4: engine vs trainer likelihoods
+
+def token_mismatch(engine_logps: torch.Tensor, trainer_logps: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """|log pi_engine(y_t) - log pi_trainer(y_t)| of every masked token, flattened. (n_tokens,)."""
+    return (engine_logps - trainer_logps).abs()[mask > 0]
+
+
+def sequence_mismatch(engine_logps: torch.Tensor, trainer_logps: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """|log s_i| with s_i = exp(mean_t log pi_trainer/pi_engine): the sequence ratio GSPO sees (Eq. 7). (B,)."""
+    return sequence_log_ratio(trainer_logps, engine_logps, mask).abs()
+
+
+def mismatch_stats(engine_logps: torch.Tensor, trainer_logps: torch.Tensor, mask: torch.Tensor) -> dict:
+    """Means and 99th percentiles of the token-level and sequence-level mismatch (P5's two distributions)."""
+    tok, seq = token_mismatch(engine_logps, trainer_logps, mask), sequence_mismatch(engine_logps, trainer_logps, mask)
+    q = lambda x: float(torch.quantile(x.double(), 0.99)) if len(x) else float("nan")
+    return {"token_mismatch": float(tok.mean()), "seq_mismatch": float(seq.mean()),
+            "token_mismatch_p99": q(tok), "seq_mismatch_p99": q(seq)}
+
+
+# ---------------------------------------------------------------- Sec. 5.3: routing volatility (P3)
+
+def expert_set_change(before: torch.Tensor, after: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Share of masked (token, layer) pairs whose top-k expert *set* differs, per layer.
+
+    before/after (L, B, T, k) expert ids (`models.router_topk`), mask (B, T) -> (L,) in [0, 1].
+    """
+    changed = (before.sort(dim=-1).values != after.sort(dim=-1).values).any(dim=-1)  # (L, B, T)
+    m = mask.bool().unsqueeze(0)  # (1, B, T)
+    return (changed & m).sum(dim=(1, 2)).float() / m.sum().clamp(min=1)
+
+
+def routing_change_after_step(model, ids: torch.Tensor, attn: torch.Tensor, mask: torch.Tensor,
+                              step_fn) -> torch.Tensor:
+    """Top-k expert sets of `ids` (B, T) before and after `step_fn()` (one optimiser step, e.g.
+    `lambda: trainer.update(batch, 0)` with mu=1); their change per layer over `mask` (B, T). (L,)."""
+    from ..models import router_topk
+
+    before = router_topk(model, ids, attn)  # (L, B, T, k)
+    step_fn()
+    return expert_set_change(before, router_topk(model, ids, attn), mask)
+
+
+@torch.no_grad()
+def next_token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+    """float64 log pi(. | y_<t) at positions 0..T-2, each predicting token t+1. (B, T-1, V)."""
+    model.eval()
+    logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1]  # (B, T-1, V)
+    return torch.log_softmax(logits.double(), dim=-1)
+
+
+def old_new_kl(old: torch.Tensor, new: torch.Tensor, mask: torch.Tensor) -> float:
+    """Exact mean over masked positions of KL(pi_old || pi_new) = sum_v p_old (log p_old - log p_new).
+    old/new (B, T-1, V) log-probs, mask (B, T-1)."""
+    kl = (old.exp() * (old - new)).sum(-1)  # (B, T-1)
+    return float((kl * mask).sum() / mask.sum())
+
+
+def log_ratio_std(old: torch.Tensor, new: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) -> float:
+    """Spread of the token log-ratios log pi_new(y_t)/pi_old(y_t) of the tokens `ids[:, 1:]` over the mask."""
+    tok = ids[:, 1:].unsqueeze(-1)  # (B, T-1, 1)
+    r = (new.gather(-1, tok) - old.gather(-1, tok)).squeeze(-1)[mask > 0]  # (n,)
+    return float(r.std())
+
+
+@torch.no_grad()
+def _set_update(params: dict, before: dict, after: dict, alpha: float) -> None:
+    """theta = theta_old + alpha (theta_step - theta_old) for every trainable parameter."""
+    for n, p in params.items():
+        p.copy_(before[n] + alpha * (after[n] - before[n]))
+
+
+def update_at_kl(model, ids, attn, mask, step_fn, target_kl: float, rtol: float = 1e-4, iters: int = 40) -> dict:
+    """The step of `step_fn()` rescaled to KL(pi_old || pi_new) = target_kl (matched update size, P3).
+
+    theta(alpha) = theta_old + alpha * delta, alpha found by doubling then bisection on the exact KL
+    (`old_new_kl`, monotone in alpha near 0) to a relative tolerance `rtol`; ids/attn (B, T) full sequences,
+    mask (B, T-1) the predicted positions that count. Returns alpha, the KL reached, the token log-ratio
+    spread and, on an MoE, the per-layer top-k set change at that alpha. The model is left at theta(alpha).
+    """
+    from ..models import router_topk
+    from ..moe import is_moe
+
+    params = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    before = {n: p.detach().clone() for n, p in params.items()}
+    old = next_token_logprobs(model, ids, attn)  # (B, T-1, V)
+    routes = router_topk(model, ids, attn) if is_moe(model) else None
+    step_fn()
+    after = {n: p.detach().clone() for n, p in params.items()}
+
+    def kl(alpha):
+        _set_update(params, before, after, alpha)
+        return old_new_kl(old, next_token_logprobs(model, ids, attn), mask)
+    lo, hi = 0.0, 1.0
+    while kl(hi) < target_kl and hi < 2.0 ** 20:
+        lo, hi = hi, 2 * hi
+    for _ in range(iters):  # bisection until |KL - target| <= rtol * target
+        mid = (lo + hi) / 2
+        reached = kl(mid)
+        if abs(reached - target_kl) <= rtol * target_kl:
+            break
+        lo, hi = (mid, hi) if reached < target_kl else (lo, mid)
+    new = next_token_logprobs(model, ids, attn)  # (B, T-1, V) at theta(alpha)
+    out = {"alpha": mid, "kl": reached, "log_ratio_std": log_ratio_std(old, new, ids, mask)}
+    if routes is not None:
+        out["route_change"] = expert_set_change(routes, router_topk(model, ids, attn), attn).tolist()
+    return out
 
 
 # ---------------------------------------------------------------- verdicts

@@ -1,0 +1,288 @@
+"""MoE routing (GSPO Sec. 5.3): router training, Routing Replay through hooks on Qwen3-MoE and Qwen2-MoE.
+
+Models are random-weight and built here (Qwen3-MoE: the embedded config, 8 experts top-2, renormalised;
+Qwen2-MoE: 4 experts top-2, shared expert, not renormalised), with LoRA as in training.
+"""
+import contextlib
+import math
+
+import pytest
+import torch
+from peft import get_peft_model
+from transformers import AutoModelForCausalLM, Qwen2MoeConfig
+
+from gpolib import moe, presets
+from gpolib.logprobs import completion_logps
+from gpolib.models import lora_config, tiny_config
+
+ARCHS = ["qwen3_moe", "qwen2_moe"]
+V = 64
+
+
+def build(arch: str, train_router: bool = False, seed: int = 0, lora: bool = True):
+    torch.manual_seed(seed)
+    if arch == "qwen3_moe":
+        cfg = tiny_config("moe", vocab_size=V, pad_id=0, eos_id=1)
+    elif arch == "dense":
+        cfg = tiny_config("dense", vocab_size=V, pad_id=0, eos_id=1)
+    else:
+        cfg = Qwen2MoeConfig(vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, num_experts=4, num_experts_per_tok=2,
+                             moe_intermediate_size=32, shared_expert_intermediate_size=64, norm_topk_prob=False,
+                             decoder_sparse_step=1, max_position_embeddings=64, pad_token_id=0, eos_token_id=1)
+    model = AutoModelForCausalLM.from_config(cfg)
+    return get_peft_model(model, lora_config(model, 4, 8, train_router)) if lora else model
+
+
+def batch(B: int = 3, P: int = 5, T: int = 7, seed: int = 1):
+    """Random prompt (left-padded) and completion (right-padded) ids and masks."""
+    g = torch.Generator().manual_seed(seed)
+    p_ids, c_ids = torch.randint(2, V, (B, P), generator=g), torch.randint(2, V, (B, T), generator=g)
+    p_mask, c_mask = torch.ones(B, P, dtype=torch.long), torch.ones(B, T, dtype=torch.long)
+    p_mask[0, :2] = 0  # left padding
+    c_mask[1, 4:] = 0  # a shorter completion
+    return p_ids * p_mask, p_mask, c_ids * c_mask, c_mask
+
+
+def router_weights(model) -> list:
+    return [moe.router_module(g).weight.detach().clone() for g in moe.routers(model)]
+
+
+def lm_step(model, lr: float = 1e-2):
+    """One AdamW step on the LM loss of a fixed random batch."""
+    ids = torch.randint(2, V, (4, 12), generator=torch.Generator().manual_seed(7))
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
+    model.train()
+    model(input_ids=ids, labels=ids).loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+@contextlib.contextmanager
+def expert_inputs(model, store: list):
+    """Record (expert ids (N, k), gate weights (N, k)) each fused experts module is called with."""
+    blocks = [m for m in model.modules() if "gate" in m._modules and "experts" in m._modules]
+    hook = lambda mod, args: store.append((args[1].detach().clone(), args[2].detach().clone()))
+    handles = [b.experts.register_forward_pre_hook(hook) for b in blocks]
+    try:
+        yield store
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def perturb_routers(model, scale: float = 0.5, seed: int = 3):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for r in moe.routers(model):
+            w = moe.router_module(r).weight
+            w.add_(scale * torch.randn(w.shape, generator=g))
+
+
+# ---------------------------------------------------------------- router training
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("train_router", [False, True])
+def test_router_changes_after_one_step_only_when_trained(arch, train_router):
+    model = build(arch, train_router)
+    n_layers, (E, H) = len(moe.routers(model)), moe.router_module(moe.routers(model)[0]).weight.shape
+    router_params = [n for n, p in model.named_parameters() if p.requires_grad and ".mlp.gate." in n]
+    assert len(router_params) == (n_layers if train_router else 0)
+    before = router_weights(model)
+    lm_step(model)
+    after = router_weights(model)
+    changed = [not torch.equal(b, a) for b, a in zip(before, after)]
+    assert changed == [train_router] * n_layers
+    if train_router:
+        assert sum(p.numel() for n, p in model.named_parameters() if n in router_params) == n_layers * E * H
+        with model.disable_adapter():  # the reference policy keeps the frozen original router
+            assert all(torch.equal(b, w) for b, w in zip(before, router_weights(model)))
+
+
+def test_train_router_is_validated():
+    dense = build("dense", lora=False)
+    with pytest.raises(ValueError, match="train_router"):
+        lora_config(dense, 4, 8, train_router=True)
+    assert presets.get("gspo", train_router=True).identity()["train_router"] is True
+    for bad in (dict(train_router=True, lora_r=0), dict(train_router=1), dict(rollout_autocast="int8")):
+        name = next(iter(bad)) if "lora_r" not in bad else "train_router"
+        with pytest.raises(ValueError, match=name):
+            presets.get("gspo", **bad)
+    assert "train_router" not in presets.get("gspo").identity()  # neutral defaults: run identities unchanged
+    assert "rollout_autocast" not in presets.get("gspo").identity()
+
+
+# ---------------------------------------------------------------- Routing Replay
+
+def _logps(model, b):
+    return completion_logps(model, *b, bucket=False)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_replay_uses_exactly_the_recorded_experts(arch):
+    model, b = build(arch, train_router=True), batch()
+    model.eval()
+    recorded = []
+    with torch.no_grad(), moe.record_routing(model, recorded):
+        _logps(model, b)
+    perturb_routers(model)  # the new router would route differently
+    free, replayed = [], []
+    with torch.no_grad():
+        with expert_inputs(model, free):
+            _logps(model, b)
+        with expert_inputs(model, replayed), moe.replay_routing(model, recorded):
+            _logps(model, b)
+    assert len(recorded) == len(replayed) == len(moe.routers(model))
+    assert any(not torch.equal(r, f[0]) for r, f in zip(recorded, free))  # without replay some experts move
+    for r, (used, _) in zip(recorded, replayed):
+        assert torch.equal(used, r)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_replay_without_parameter_change_gives_identical_logps(arch):
+    model, b = build(arch, train_router=True), batch()
+    model.eval()
+    recorded, plain, replayed = [], [], []
+    with torch.no_grad():
+        with moe.record_routing(model, recorded), expert_inputs(model, plain):
+            lp = _logps(model, b)
+        with moe.replay_routing(model, recorded), expert_inputs(model, replayed):
+            lp_replay = _logps(model, b)
+    assert float((lp - lp_replay).abs().max()) <= 1e-6
+    for (ids, w), (ids_r, w_r) in zip(plain, replayed):
+        assert torch.equal(ids, ids_r) and float((w - w_r).abs().max()) <= 1e-6
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_replayed_gate_weights_are_the_new_router_softmax_at_the_recorded_experts(arch):
+    model, b = build(arch, train_router=True), batch()
+    model.eval()
+    layer = len(moe.routers(model)) - 1
+    gate = moe.routers(model)[layer]
+    recorded, old_used, new_used, hidden = [], [], [], []
+    with torch.no_grad():
+        with moe.record_routing(model, recorded), expert_inputs(model, old_used):
+            _logps(model, b)
+        perturb_routers(model)
+        handle = gate.register_forward_pre_hook(lambda m, args: hidden.append(args[0].detach().clone()))
+        with moe.replay_routing(model, recorded), expert_inputs(model, new_used):
+            _logps(model, b)
+        handle.remove()
+    router = moe.router_module(gate)
+    logits = hidden[0].reshape(-1, router.weight.shape[1]) @ router.weight.t()  # (N, E)
+    probs = torch.softmax(logits.double(), dim=-1)  # softmax over all E experts
+    w = probs.gather(1, recorded[layer])  # (N, k) at the recorded experts
+    if router.norm_topk_prob:
+        w = w / w.sum(dim=-1, keepdim=True)
+    used_ids, used_w = new_used[layer]
+    assert torch.equal(used_ids, recorded[layer])
+    assert float((used_w.detach().double() - w).abs().max()) < 1e-6
+    assert float((used_w - old_used[layer][1]).abs().max()) > 1e-3  # the weights did move with the router
+    sums = used_w.sum(-1)
+    assert torch.allclose(sums, torch.ones_like(sums)) == bool(router.norm_topk_prob)
+
+
+def test_replay_rejects_a_wrong_layer_count_or_token_count():
+    model, b = build("qwen3_moe"), batch()
+    recorded = []
+    with torch.no_grad(), moe.record_routing(model, recorded):
+        _logps(model, b)
+    with pytest.raises(ValueError, match="MoE layers"):
+        with moe.replay_routing(model, recorded[:-1]):
+            pass
+    with pytest.raises(ValueError, match="tokens"), torch.no_grad():
+        with moe.replay_routing(model, [r[:-1] for r in recorded]):
+            _logps(model, b)
+
+
+# ---------------------------------------------------------------- engine log-probs as pi_old (Sec. 5.4)
+
+@pytest.fixture(scope="module")
+def shipped_moe():
+    from gpolib.models import EMBEDDED, load_policy
+    return load_policy(EMBEDDED["moe"], lora_r=4, lora_alpha=8)
+
+
+def _rollout(model, tok, dtype):
+    from gpolib.rollout import autocast, generate
+    torch.manual_seed(0)
+    with autocast(dtype, "cpu"):
+        return generate(model, tok, ["3+4=?\n", "12*3-4+5=?\n", "7-2*3=?\n"], 4, 24)
+
+
+def test_engine_logps_are_pi_old_and_a_bf16_engine_disagrees(shipped_moe):
+    from gpolib.collect import Batch
+    from gpolib.lab.gspo import mismatch_stats, sequence_mismatch
+    from gpolib.update import pi_old
+    from types import SimpleNamespace
+
+    model, tok = shipped_moe
+    model.eval()
+    stats = {}
+    for dtype in (None, "bfloat16"):
+        ro = _rollout(model, tok, dtype)
+        with torch.no_grad():
+            trainer_lp = completion_logps(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask)
+        stats[dtype] = mismatch_stats(ro.sample_logps, trainer_lp, ro.completion_mask)
+        # |log s_i| <= mean_t |log rho_t| row by row (triangle inequality)
+        per_row = (ro.sample_logps - trainer_lp).abs().sum(1) / ro.completion_mask.sum(1)
+        assert (sequence_mismatch(ro.sample_logps, trainer_lp, ro.completion_mask) <= per_row + 1e-9).all()
+        B = len(ro.texts)
+        fake = SimpleNamespace(cfg=presets.get("gspo", old_logps="engine", mu=2), device="cpu", model=model)
+        b = Batch(ro, torch.zeros(B), torch.zeros(B), torch.ones(B), ro.completion_mask.float(), {})
+        olds, experts = pi_old(fake, b, list(torch.arange(B).chunk(2)), torch.ones(B, dtype=torch.bool))
+        assert experts is None and len(olds) == 2 and all(torch.equal(o, ro.sample_logps) for o in olds)
+    assert stats[None]["token_mismatch"] < 1e-4  # fp32 engine = trainer up to summation order
+    assert stats["bfloat16"]["token_mismatch"] > 1e-3
+    assert stats["bfloat16"]["token_mismatch"] > 20 * stats[None]["token_mismatch"]
+
+
+# ---------------------------------------------------------------- the loop
+
+def _router_step(tiny_cfg, **kw):
+    """One collect + update of the embedded MoE (advantages forced non-zero); routers before, after, batch."""
+    from gpolib.models import EMBEDDED
+    from gpolib.train import Trainer
+
+    tr = Trainer(tiny_cfg("gspo", model=EMBEDDED["moe"], steps=1, **kw))
+    batch = tr.collect(0)
+    batch.advantages = torch.linspace(-1, 1, len(batch.correct))
+    before = router_weights(tr.model)
+    metrics = tr.update(batch, 0)
+    return tr, before, router_weights(tr.model), batch, metrics
+
+
+def test_loop_trains_the_router_with_routing_replay(tiny_cfg, monkeypatch):
+    from gpolib import update as upd
+    calls = []
+    real = upd._recompute_with_routing
+    monkeypatch.setattr(upd, "_recompute_with_routing", lambda *a: calls.append(1) or real(*a))
+    tr, before, after, _, metrics = _router_step(tiny_cfg, train_router=True, routing_replay=True)
+    assert calls == [1]  # one recording pass, replayed by both minibatches
+    assert all(not torch.equal(b, a) for b, a in zip(before, after))
+    assert all(torch.isfinite(torch.tensor(v)) for k, v in metrics.items() if isinstance(v, float))
+
+
+def test_loop_with_a_bf16_engine_as_pi_old(tiny_cfg, monkeypatch):
+    from gpolib import update as upd
+    from gpolib.lab.gspo import mismatch_stats
+    from gpolib.models import EMBEDDED
+    from gpolib.train import Trainer
+
+    tr = Trainer(tiny_cfg("gspo", model=EMBEDDED["moe"], steps=1, old_logps="engine", rollout_autocast="bfloat16"))
+    batch = tr.collect(0)
+    batch.advantages = torch.linspace(-1, 1, len(batch.correct))  # distinct values name the rows
+    ro = batch.rollout
+    stats = mismatch_stats(ro.sample_logps, tr.policy_logps(ro), ro.completion_mask)  # same policy, fp32 recompute
+    assert stats["token_mismatch"] > 0 and stats["seq_mismatch"] > 0
+    seen = []
+    real = upd.policy_loss
+    monkeypatch.setattr(upd, "policy_loss", lambda lp, old, adv, *a: seen.append((old, adv)) or real(lp, old, adv, *a))
+    before = router_weights(tr.model)
+    metrics = tr.update(batch, 0)
+    assert all(torch.equal(b, a) for b, a in zip(before, router_weights(tr.model)))  # router frozen by default
+    assert math.isfinite(metrics["grad/norm"]) and math.isfinite(metrics["loss/policy"])
+    assert sum(len(adv) for _, adv in seen) == len(batch.correct)  # every row, in both minibatches
+    for old, adv in seen:  # pi_old of every trained row is the engine's sampling log-prob
+        rows = (adv[:, None] == batch.advantages[None, :]).nonzero()[:, 1]  # (b,)
+        assert torch.equal(old, ro.sample_logps[rows][:, : old.shape[1]])
