@@ -5,7 +5,7 @@ PROFILE ?= full
 STAMP := $(VENV)/.installed-stamp
 TEST_STAMP := $(VENV)/.test-deps-stamp
 
-.PHONY: install reproduce smoke test bench models clean-runs
+.PHONY: install reproduce smoke test bench models clean-runs browser lab
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -22,7 +22,19 @@ install: $(STAMP)
 $(TEST_STAMP): $(STAMP) scale/requirements-verl-cpu.txt
 	$(PY) -m pip install -q -e ".[trl]" torch==2.13.0
 	$(PY) -m pip install -q --no-deps -r scale/requirements-verl-cpu.txt
+	$(PY) -m pip install -q --no-deps tensorboard==2.21.0 absl-py==2.5.1
 	touch $(TEST_STAMP)
+
+# Headless Chromium for the report page's browser test (tests/test_index_page.py): Debian's package, installed
+# when missing (measured here: apt-get update + install, 130 packages, about 7 min on a busy 2-core machine).
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; }
+
+# JupyterLab on the notebooks with the project's kernel (the venv's python3, registered by install).
+lab: $(STAMP)
+	cd notebooks && OMP_WAIT_POLICY=PASSIVE ../$(PY) -m jupyter lab $(if $(SUDO),,--allow-root) $(LAB_ARGS)
 
 reproduce: $(STAMP)
 	$(PY) -m gpolib reproduce --profile $(PROFILE)
@@ -30,7 +42,7 @@ reproduce: $(STAMP)
 smoke: $(STAMP)
 	$(PY) -m gpolib reproduce --profile smoke
 
-test: $(TEST_STAMP)
+test: $(TEST_STAMP) browser
 	OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest -q tests notebooks --nbval-lax --sanitize-with notebooks/sanitize.cfg
 
 bench: $(STAMP)
