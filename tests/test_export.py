@@ -75,6 +75,11 @@ def test_strict_raises_naming_what_trl_and_verl_lack():
         assert trl_missing(name) == [] and verl_missing(name) == []
         to_trl(name), to_verl(name)  # strict, no error
     assert verl_missing("dapo") == []  # verl has dynamic sampling (filter_groups) and overlong shaping
+    for field, value in (("train_router", True), ("rollout_autocast", "bfloat16")):  # issue 15's MoE options
+        cfg = presets.get("gspo", **{field: value})
+        for export in (to_trl, to_verl):
+            with pytest.raises(UnsupportedFeature, match=field):
+                export(cfg)
 
 
 def test_non_strict_warns_with_the_list_and_leaves_the_rest():
