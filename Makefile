@@ -36,8 +36,10 @@ browser:
 lab: $(STAMP)
 	cd notebooks && OMP_WAIT_POLICY=PASSIVE ../$(PY) -m jupyter lab $(if $(SUDO),,--allow-root) $(LAB_ARGS)
 
+# RECOMPUTE=1: recompute the training runs too (default: reuse finished runs of the same configuration and data)
+RECOMPUTE ?=
 reproduce: $(STAMP)
-	$(PY) -m gpolib reproduce --profile $(PROFILE)
+	$(PY) -m gpolib reproduce --profile $(PROFILE) $(if $(RECOMPUTE),--recompute)
 
 smoke: $(STAMP)
 	$(PY) -m gpolib reproduce --profile smoke

@@ -119,7 +119,9 @@ def load_policy(name_or_path: str, lora_r: int = 16, lora_alpha: int = 32, devic
     if lora_r > 0:
         from peft import get_peft_model
 
-        model = get_peft_model(model, lora_config(model, lora_r, lora_alpha, train_router))
+        with warnings.catch_warnings():  # peft 0.21 reads `model.is_gradient_checkpointing`, deprecated in transformers 5
+            warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+            model = get_peft_model(model, lora_config(model, lora_r, lora_alpha, train_router))
     elif train_router and not moe.is_moe(model):
         raise ValueError("train_router=True is invalid; allowed: only for a model with MoE routers (`mlp.gate`)")
     if gradient_checkpointing:

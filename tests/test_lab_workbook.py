@@ -135,3 +135,26 @@ def test_failing_notebook_reports_name_and_cell(repo):
     with pytest.raises(NotebookFailed, match=r"01_b.ipynb failed at cell \d+ `1 / 0` \(ZeroDivisionError") as err:
         workbook.reproduce("full", only=["01"], root=repo, build_report=False)
     assert err.value.notebook == "01_b.ipynb" and err.value.cell_index >= 3
+
+
+def test_papermill_reads_every_parameter_of_every_notebook(caplog):
+    """papermill parses each parameters-cell line itself; a line it cannot parse makes `-p NAME` an 'unknown
+    parameter' (was: `GROUP = 8  # ... mu = 4` in notebook 04)."""
+    import logging
+
+    from papermill.translators import PythonTranslator
+
+    from gpolib.paths import repo_root
+
+    import subprocess
+
+    tracked = subprocess.run(["git", "ls-files", "notebooks"], cwd=repo_root(), capture_output=True, text=True).stdout
+    for nb_path in workbook.list_notebooks(repo_root() / "notebooks").values():
+        if f"notebooks/{nb_path.name}" not in tracked.split():
+            continue  # committed notebooks only: another's work in progress is theirs to finish
+        nb = nbformat.read(str(nb_path), as_version=4)
+        cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+        with caplog.at_level(logging.WARNING, logger="papermill"):
+            names = [p.name for p in PythonTranslator.inspect(cell)]
+        assert names == list(workbook.notebook_defaults(nb_path)), nb_path.name
+    assert "Unable to parse" not in caplog.text

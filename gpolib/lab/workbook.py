@@ -204,6 +204,26 @@ def _importable() -> None:
         os.environ["PYTHONPATH"] = os.pathsep.join([here, *parts])
 
 
+def _ipc_kernel_manager():
+    """A kernel manager whose kernel talks over local IPC sockets in a private temp folder: over TCP, ipykernel
+    warns on every start that the traffic is unencrypted (true of TCP, and needless for a local kernel)."""
+    import tempfile
+    import uuid
+
+    from jupyter_client.manager import AsyncKernelManager
+    from traitlets import CaselessStrEnum, Unicode, default
+
+    class IPCKernelManager(AsyncKernelManager):
+        transport = CaselessStrEnum(["tcp", "ipc"], default_value="ipc", config=True)
+        ip = Unicode(config=True)
+
+        @default("ip")
+        def _ip_default(self):
+            return os.path.join(tempfile.gettempdir(), f"gpolib-kernel-{uuid.uuid4().hex[:12]}")
+
+    return IPCKernelManager
+
+
 def execute(job: Job, executed: Path, html: Path) -> None:
     """Run one notebook with papermill, stamp gpolib metadata, export HTML."""
     import nbformat
@@ -217,7 +237,7 @@ def execute(job: Job, executed: Path, html: Path) -> None:
     try:
         pm.execute_notebook(str(job.source), str(executed), parameters=job.params,
                             kernel_name="python3", cwd=str(job.source.parent),
-                            log_output=False, progress_bar=False)
+                            log_output=False, progress_bar=False, kernel_manager_class=_ipc_kernel_manager())
     except Exception as err:  # PapermillExecutionError, or the kernel died
         raise _failure(job, err, executed) from err
     nb = nbformat.read(str(executed), as_version=4)
