@@ -101,16 +101,13 @@ def grpo_dynamics(curve: pd.DataFrame, mid: int = 50) -> dict:
             "len_base": float(curve["len/mean"].iloc[0]), "len_end": float(curve["len/mean"].iloc[-1])}
 
 
-def trained_policy(run_dir, device: str = "cpu", dtype: str = "float32"):
-    """(model, tokenizer) of a finished run: its base model with the run's LoRA adapter."""
+def trained_policy(cfg, run_dir, device: str = "cpu", dtype: str = "float32"):
+    """(model, tokenizer) of the finished run of `cfg` in `run_dir`: its base model with the run's LoRA adapter."""
     from pathlib import Path
 
     from peft import PeftModel
 
-    from ..config import TrainConfig
     from ..models import load_policy
-    from ..train import load_summary  # noqa: F401  (the run must be readable)
 
-    cfg = TrainConfig.from_dict(__import__("json").loads((Path(run_dir) / "config.json").read_text()))
     base, tok = load_policy(cfg.model, lora_r=0, device=device, dtype=dtype)
     return PeftModel.from_pretrained(base, str(Path(run_dir) / "adapter")).eval(), tok
