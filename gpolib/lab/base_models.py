@@ -61,13 +61,21 @@ def rebuild_base(arch: str, out_dir, steps: int | None = None) -> list:
     steps=None runs the shipped recipe; fewer steps reproduce the start of its loss curve (the warm-up
     learning rate does not depend on the total). Returns the loss curve.
     """
+    from ..models import EMBEDDED
+    from ..paths import resolve
     from ..pretrain import PretrainConfig, pretrain
 
     cfg = PretrainConfig(arch=arch, out=str(out_dir), **({} if steps is None else {"steps": steps}))
     log = Path(out_dir) / "train_log.json"
     if log.exists() and json.loads(log.read_text())["config"]["steps"] == cfg.steps:
         return json.loads(log.read_text())["loss"]
-    return pretrain(cfg, show_progress=False)
+    shipped = json.loads((resolve(EMBEDDED[arch]) / "train_log.json").read_text())
+    before = torch.get_num_threads()
+    torch.set_num_threads(shipped["torch_threads"])  # the shipped curve's thread count: same float sums
+    try:
+        return pretrain(cfg, show_progress=False)
+    finally:
+        torch.set_num_threads(before)
 
 
 def curve_match(rebuilt: list, shipped: list) -> dict:
