@@ -1,4 +1,5 @@
-"""MoE routing (GSPO Sec. 5.3): router training, Routing Replay through hooks on Qwen3-MoE and Qwen2-MoE.
+"""GSPO on the MoE (issue 15): router training and Routing Replay through hooks on Qwen3-MoE and Qwen2-MoE
+(Sec. 5.3), the rollout engine's log-probs as pi_old with a bf16 engine (Sec. 5.4), both inside the loop.
 
 Models are random-weight and built here (Qwen3-MoE: the embedded config, 8 experts top-2, renormalised;
 Qwen2-MoE: 4 experts top-2, shared expert, not renormalised), with LoRA as in training.
@@ -261,6 +262,49 @@ def test_loop_trains_the_router_with_routing_replay(tiny_cfg, monkeypatch):
     assert calls == [1]  # one recording pass, replayed by both minibatches
     assert all(not torch.equal(b, a) for b, a in zip(before, after))
     assert all(torch.isfinite(torch.tensor(v)) for k, v in metrics.items() if isinstance(v, float))
+
+
+def test_loop_replays_the_recorded_experts_of_each_row(tiny_cfg, monkeypatch):
+    """In `update`, every micro-batch forward uses the experts recorded for its rows before the first step."""
+    from gpolib import update as upd
+    from gpolib.models import EMBEDDED
+    from gpolib.train import Trainer
+
+    tr = Trainer(tiny_cfg("gspo", model=EMBEDDED["moe"], steps=1, train_router=True, routing_replay=True,
+                          micro_batch_rows=4))
+    batch = tr.collect(0)
+    B = len(batch.correct)
+    batch.advantages = torch.linspace(-1, 1, B)  # distinct values name the rows
+    events, recorded = [], []
+    real_rec, real_loss = upd._recompute_with_routing, upd.policy_loss
+
+    def record(*a):
+        out = real_rec(*a)
+        recorded.extend(out[1])
+        events.clear()  # the recording pass itself is not a replay
+        return out
+    monkeypatch.setattr(upd, "_recompute_with_routing", record)
+    monkeypatch.setattr(upd, "policy_loss",
+                        lambda lp, old, adv, *a: events.append(("loss", adv)) or real_loss(lp, old, adv, *a))
+    hooks = [b.experts.register_forward_pre_hook(lambda m, args: events.append(("ids", args[1].clone())))
+             for b in tr.model.modules() if "gate" in b._modules and "experts" in b._modules]
+    try:
+        tr.update(batch, 0)
+    finally:
+        for h in hooks:
+            h.remove()
+    n_layers, ids, n_micro = len(recorded), [], 0
+    for kind, value in events:
+        if kind == "ids":
+            ids.append(value)
+            continue
+        rows = (value[:, None] == batch.advantages[None, :]).nonzero()[:, 1]  # (b,) rows of this micro-batch
+        assert len(ids) == n_layers
+        for layer, used_ids in enumerate(ids):
+            k = recorded[layer].shape[-1]
+            assert torch.equal(used_ids, recorded[layer].view(B, -1, k)[rows].reshape(-1, k))
+        ids, n_micro = [], n_micro + 1
+    assert n_micro >= 2 * 2  # mu = 2 minibatches of >= 2 micro-batches each
 
 
 def test_loop_with_a_bf16_engine_as_pi_old(tiny_cfg, monkeypatch):
