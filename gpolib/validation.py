@@ -128,6 +128,8 @@ def _check_moe_and_engine(cfg) -> None:
     if cfg.train_router and cfg.backend == "vllm":
         fail("train_router", True, "False with backend='vllm' (the engine receives LoRA weights only)")
     choice("rollout_autocast", cfg.rollout_autocast, (None,) + AUTOCAST_DTYPES)
+    if cfg.routing_replay and cfg.old_logps == "engine":  # update.pi_old would silently not replay
+        fail("routing_replay", True, "False with old_logps='engine' (the rollout engine does not record its routing)")
 
 
 GAE_ONLY = ("gamma", "lambda_policy", "lambda_critic", "lambda_alpha", "value_lr_scale", "value_pretrain_steps",

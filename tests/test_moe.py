@@ -105,8 +105,9 @@ def test_train_router_is_validated():
     with pytest.raises(ValueError, match="train_router"):
         lora_config(dense, 4, 8, train_router=True)
     assert presets.get("gspo", train_router=True).identity()["train_router"] is True
-    for bad in (dict(train_router=True, lora_r=0), dict(train_router=1), dict(rollout_autocast="int8")):
-        name = next(iter(bad)) if "lora_r" not in bad else "train_router"
+    for name, bad in (("train_router", dict(train_router=True, lora_r=0)), ("train_router", dict(train_router=1)),
+                      ("rollout_autocast", dict(rollout_autocast="int8")),
+                      ("routing_replay", dict(routing_replay=True, old_logps="engine"))):
         with pytest.raises(ValueError, match=name):
             presets.get("gspo", **bad)
     assert "train_router" not in presets.get("gspo").identity()  # neutral defaults: run identities unchanged
