@@ -76,3 +76,15 @@ def test_committed_report_page_is_whole_and_screenshot(tmp_path):
     assert found == []
     assert inv["rows"] == len(claims) and len(inv["images"]) == len(figures)
     assert (tmp_path / "index.png").stat().st_size > 10_000
+
+
+def test_the_workbook_runner_rebuilds_the_page(tmp_path, capsys):
+    from gpolib.lab import workbook
+
+    (tmp_path / "reports" / "smoke" / "html").mkdir(parents=True)
+    (tmp_path / "reports" / "smoke" / "html" / "90_objectives_explorer.html").write_text("<html></html>")
+    workbook._report("smoke", tmp_path, {})
+    text = (tmp_path / "reports" / "smoke" / "index.html").read_text()
+    claims = json.loads((tmp_path / "reports" / "smoke" / "claims.json").read_text())
+    assert text.count("<tr><td>") == len(claims) > 0 and 'href="html/90_objectives_explorer.html"' in text
+    assert "report page:" in capsys.readouterr().out

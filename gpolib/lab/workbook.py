@@ -270,14 +270,16 @@ def _run_one(job: Job, tag: str, profile: str, root: Path) -> None:
 
 
 def _report(profile: str, root: Path, before: dict) -> None:
-    """Rebuild the scoreboard (and the README's, full profile), say whether any verdict changed."""
-    from . import report  # the claims' verdicts import the lab modules: only when a report is built
+    """Rebuild the scoreboard (and the README's, full profile) and the report page (index.html), say whether
+    any verdict changed."""
+    from . import index, report  # the claims' verdicts import the lab modules: only when a report is built
     from .progress import verdict_changes
 
     changed_files = report.build(profile, root=root)
     print(f"scoreboard: {'updated ' + ', '.join(changed_files) if changed_files else 'unchanged'}", flush=True)
     if profile == "full" and report.update_readme(profile, root=root):
         print("README scoreboard updated", flush=True)
+    print(f"report page: {paths.relative(index.build(profile, root=root))}", flush=True)
     changes = verdict_changes(before, _verdicts(profile, root))
     print("verdicts: " + ("; ".join(changes) if changes else
                           f"no verdict changed versus the committed scoreboard ({len(before)} claims)"), flush=True)
