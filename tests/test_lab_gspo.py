@@ -142,3 +142,23 @@ def test_update_at_matched_kl_moe_and_dense(tiny_models):
         assert r["kl"] == pytest.approx(1e-3, rel=1e-3) and r["alpha"] > 0 and r["log_ratio_std"] > 0
     assert "route_change" not in out["dense"] and len(out["qwen3_moe"]["route_change"]) == 4
     assert all(0 <= x <= 1 for x in out["qwen3_moe"]["route_change"])
+
+
+def test_rollout_sequences_align_with_the_trainer_forward(tiny_models):
+    from types import SimpleNamespace
+    from gpolib.logprobs import completion_logps
+    from gpolib.moe import record_routing
+    from test_moe import batch
+    model = tiny_models("qwen3_moe", train_router=True)
+    p_ids, p_mask, c_ids, c_mask = batch()  # left-padded prompts, one short completion
+    ids, attn, comp, pred = gc.rollout_sequences(SimpleNamespace(prompt_ids=p_ids, prompt_mask=p_mask,
+                                                                 completion_ids=c_ids, completion_mask=c_mask))
+    assert ids.shape == attn.shape == comp.shape == (3, 12) and pred.shape == (3, 11)
+    assert int(comp.sum()) == int(pred.sum()) == int(c_mask.sum())
+    recorded = []
+    with torch.no_grad(), record_routing(model, recorded):
+        lp = completion_logps(model, p_ids, p_mask, c_ids, c_mask, bucket=False)  # (B, T) as the trainer
+    full = gc.next_token_logprobs(model, ids, attn).gather(-1, ids[:, 1:, None]).squeeze(-1)  # (B, P+T-1)
+    assert float((full[pred > 0] - lp[c_mask > 0].double()).abs().max()) < 1e-5
+    routes = gc.expert_ids(model, ids, attn)  # (L, B, P+T, k)
+    assert all(torch.equal(routes[layer].reshape(-1, 2), r) for layer, r in enumerate(recorded))

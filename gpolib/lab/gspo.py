@@ -6,7 +6,8 @@
 - the two arms of Sec. 5.2, `ARMS`; per-run clip share and final reward, `clip_share`, `final_mean`, `run_table`;
 - Sec. 5.4 (P5), engine vs trainer log-probs: `token_mismatch`, `sequence_mismatch`, `mismatch_stats`;
 - Sec. 5.3 (P3), routing volatility: `expert_set_change`, `routing_change_after_step`, and the token log-ratio
-  spread at a matched update size, `update_at_kl` (exact KL(pi_old || pi_new), `old_new_kl`);
+  spread at a matched update size, `update_at_kl` (exact KL(pi_old || pi_new), `old_new_kl`); a rollout as
+  full sequences and masks for both, `rollout_sequences`;
 - P1-P5: `verdict_p1` ... `verdict_p5` (P3-P5, GSPO on the MoE, are measured in a later notebook).
 Derivations live in notebook 04; docstrings name the formula they compute.
 """
@@ -18,6 +19,8 @@ import pandas as pd
 import torch
 
 from ..config import LossConfig
+from ..logprobs import position_ids
+from ..moe import is_moe, record_routing
 from ..objectives import policy_loss, sequence_log_ratio
 from .runs import mean_over, window
 from .verdicts import NOISE_Z, NOT, PARTLY, REPRODUCED, EXACT_TOL, Verdict, at_least, grade, mean, seed_noise, seeds_text
@@ -149,29 +152,47 @@ def mismatch_stats(engine_logps: torch.Tensor, trainer_logps: torch.Tensor, mask
 def expert_set_change(before: torch.Tensor, after: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Share of masked (token, layer) pairs whose top-k expert *set* differs, per layer.
 
-    before/after (L, B, T, k) expert ids (`models.router_topk`), mask (B, T) -> (L,) in [0, 1].
+    before/after (L, B, T, k) expert ids (`expert_ids`), mask (B, T) -> (L,) in [0, 1].
     """
     changed = (before.sort(dim=-1).values != after.sort(dim=-1).values).any(dim=-1)  # (L, B, T)
     m = mask.bool().unsqueeze(0)  # (1, B, T)
     return (changed & m).sum(dim=(1, 2)).float() / m.sum().clamp(min=1)
 
 
+def rollout_sequences(ro) -> tuple:
+    """A Rollout as full sequences: ids and attention (B, P+T), its completion positions (B, P+T) for
+    `expert_set_change`, and the positions that predict a completion token (B, P+T-1) for `update_at_kl`."""
+    ids = torch.cat([ro.prompt_ids, ro.completion_ids], dim=1)  # (B, P+T)
+    attn = torch.cat([ro.prompt_mask, ro.completion_mask], dim=1)  # (B, P+T)
+    comp = torch.cat([torch.zeros_like(ro.prompt_mask), ro.completion_mask], dim=1)  # (B, P+T)
+    return ids, attn, comp, comp[:, 1:].double()
+
+
+@torch.no_grad()
+def expert_ids(model, ids: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+    """Top-k experts of every (layer, row, position) in the trainer's forward (positions skip left padding)."""
+    picked: list = []
+    model.eval()
+    with record_routing(model, picked):
+        model(input_ids=ids, attention_mask=attn, position_ids=position_ids(attn), use_cache=False)
+    return torch.stack([p.reshape(*ids.shape, -1) for p in picked]).long()  # (L, B, T, k)
+
+
 def routing_change_after_step(model, ids: torch.Tensor, attn: torch.Tensor, mask: torch.Tensor,
                               step_fn) -> torch.Tensor:
     """Top-k expert sets of `ids` (B, T) before and after `step_fn()` (one optimiser step, e.g.
     `lambda: trainer.update(batch, 0)` with mu=1); their change per layer over `mask` (B, T). (L,)."""
-    from ..models import router_topk
-
-    before = router_topk(model, ids, attn)  # (L, B, T, k)
+    before = expert_ids(model, ids, attn)  # (L, B, T, k)
     step_fn()
-    return expert_set_change(before, router_topk(model, ids, attn), mask)
+    return expert_set_change(before, expert_ids(model, ids, attn), mask)
 
 
 @torch.no_grad()
 def next_token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
     """float64 log pi(. | y_<t) at positions 0..T-2, each predicting token t+1. (B, T-1, V)."""
     model.eval()
-    logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1]  # (B, T-1, V)
+    logits = model(input_ids=ids, attention_mask=attn, position_ids=position_ids(attn),
+                   use_cache=False).logits[:, :-1]  # (B, T-1, V)
     return torch.log_softmax(logits.double(), dim=-1)
 
 
@@ -202,15 +223,13 @@ def update_at_kl(model, ids, attn, mask, step_fn, target_kl: float, rtol: float 
     theta(alpha) = theta_old + alpha * delta, alpha found by doubling then bisection on the exact KL
     (`old_new_kl`, monotone in alpha near 0) to a relative tolerance `rtol`; ids/attn (B, T) full sequences,
     mask (B, T-1) the predicted positions that count. Returns alpha, the KL reached, the token log-ratio
-    spread and, on an MoE, the per-layer top-k set change at that alpha. The model is left at theta(alpha).
+    spread and, on an MoE, the per-layer top-k set change at that alpha over every real token (prompt and
+    completion: all are context of the log-probs). The model is left at theta(alpha).
     """
-    from ..models import router_topk
-    from ..moe import is_moe
-
     params = {n: p for n, p in model.named_parameters() if p.requires_grad}
     before = {n: p.detach().clone() for n, p in params.items()}
     old = next_token_logprobs(model, ids, attn)  # (B, T-1, V)
-    routes = router_topk(model, ids, attn) if is_moe(model) else None
+    routes = expert_ids(model, ids, attn) if is_moe(model) else None
     step_fn()
     after = {n: p.detach().clone() for n, p in params.items()}
 
@@ -229,7 +248,7 @@ def update_at_kl(model, ids, attn, mask, step_fn, target_kl: float, rtol: float 
     new = next_token_logprobs(model, ids, attn)  # (B, T-1, V) at theta(alpha)
     out = {"alpha": mid, "kl": reached, "log_ratio_std": log_ratio_std(old, new, ids, mask)}
     if routes is not None:
-        out["route_change"] = expert_set_change(routes, router_topk(model, ids, attn), attn).tolist()
+        out["route_change"] = expert_set_change(routes, expert_ids(model, ids, attn), attn).tolist()
     return out
 
 
