@@ -70,6 +70,23 @@ def test_wrong_type(repo, key, value, expected, got):
         _plan(repo)
 
 
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_parameter_rejected(repo, value):
+    _params(repo, "full", {"00": {"LR": value}})
+    with pytest.raises(WorkbookError, match=r"'LR': expected a finite number"):
+        _plan(repo)
+
+
+def test_value_refused_by_a_config_check_exits_2(repo, capsys, monkeypatch):
+    """A params value of the right type that the notebook's config refuses: one line naming it, exit 2."""
+    _notebook(repo / "notebooks" / "01_b.ipynb", body=("from gpolib import presets", "presets.get('grpo', steps=STEPS)"))
+    _params(repo, "full", {"01": {"STEPS": -1}})
+    monkeypatch.setattr(workbook.paths, "repo_root", lambda: repo)
+    assert workbook.main(["reproduce", "--profile", "full", "--only", "01"]) == 2
+    err = capsys.readouterr().err
+    assert "steps=-1 is invalid; allowed: > 0" in err and "Traceback" not in err
+
+
 def test_none_default_accepts_any_type(repo):
     _params(repo, "full", {"common": {"MAX_LEN": 64}})
     assert _plan(repo)[0].params["MAX_LEN"] == 64

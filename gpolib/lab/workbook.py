@@ -15,6 +15,7 @@ import argparse
 import ast
 import hashlib
 import json
+import math
 import os
 import re
 import sys
@@ -38,10 +39,12 @@ class WorkbookError(ValueError):
 class NotebookFailed(RuntimeError):
     """A notebook raised while executing; the run stopped there."""
 
-    def __init__(self, notebook: str, cell_index: int, message: str):
+    def __init__(self, notebook: str, cell_index: int, message: str, rejected_input: bool = False):
         super().__init__(message)
         self.notebook = notebook
         self.cell_index = cell_index
+        self.rejected_input = rejected_input
+        """a config check refused a parameter value ("... is invalid; allowed: ..."): the user's input, exit 2"""
 
 
 @dataclass
@@ -126,6 +129,8 @@ def load_params_file(path: Path) -> dict[str, dict[str, Any]]:
 
 def _type_error(value: Any, default: Any) -> str | None:
     """None if `value` may replace `default`, else 'expected X, got Y'."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "expected a finite number"
     if default is None or value is None:
         return None
     want, got = type(default), type(value)
@@ -193,7 +198,8 @@ def _failure(job: Job, err: Exception, executed: Path) -> NotebookFailed:
     first = (getattr(err, "source", "") or "").strip().splitlines()[:1]
     where = f"cell {cell}" + (f" `{first[0][:60]}`" if first else "")
     msg = f"notebook {job.source.name} failed at {where} ({what}); executed copy: {executed}"
-    return NotebookFailed(job.source.name, cell, msg)
+    rejected = getattr(err, "ename", "") == "ValueError" and "is invalid; allowed" in str(getattr(err, "evalue", ""))
+    return NotebookFailed(job.source.name, cell, msg, rejected_input=rejected)
 
 
 def _importable() -> None:
@@ -337,7 +343,7 @@ def _run_cli(args: argparse.Namespace) -> int:
         return 2
     except NotebookFailed as e:
         print(f"error: {e}", file=sys.stderr)
-        return 1
+        return 2 if e.rejected_input else 1
     return 0
 
 
