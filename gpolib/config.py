@@ -140,9 +140,11 @@ class TrainConfig:
     """None, 'bfloat16' or 'float16': sample rollouts under torch.autocast in that dtype, a reduced-precision
     rollout engine whose log-probs (`old_logps='engine'`, GSPO Sec. 5.4) differ from the trainer's."""
     backend: str = "hf"
-    """rollout engine: 'hf' (transformers forward + KV cache, finished rows dropped), 'hf_generate'
-    (transformers generate), or 'vllm' (optional extra, CUDA; the policy reaches it as a LoRA adapter
-    each optimizer step, see gpolib/vllm_backend.py)."""
+    """rollout engine: 'decoder' (gpolib/decode.py: the Qwen3 / Qwen3-MoE / Qwen2 layers re-written for
+    decoding, preallocated KV cache, LoRA folded in, finished rows dropped; other architectures use 'hf'),
+    'hf' (transformers forward + KV cache, finished rows dropped), 'hf_generate' (transformers generate), or
+    'vllm' (optional extra, CUDA; the policy reaches it as a LoRA adapter each optimizer step, see
+    gpolib/vllm_backend.py)."""
     vllm_gpu_memory_utilization: float = 0.3
     """backend='vllm': share of GPU memory the engine may take (weights + KV cache); the trainer uses the rest."""
     vllm_sleep: bool = False
@@ -163,6 +165,9 @@ class TrainConfig:
     """samples per held-out prompt at T = temperature (plus one greedy)."""
     checkpoint_every: int = 10
     """checkpoint every N steps (LoRA adapter, optimiser, RNG, metrics)."""
+    report_to: str = "none"
+    """where each step's metrics also go: 'none' (metrics.jsonl only) or 'tensorboard' (scalars under
+    <out_dir>/tensorboard/, gpolib/reporting.py); not part of the run's identity (NOT_IDENTITY)."""
     seed: int = 0
     """seed of prompts, sampling and initialisation."""
 
@@ -254,9 +259,13 @@ def _defaults(cls) -> dict:
     return out
 
 
+NOT_IDENTITY = ("report_to",)
+"""fields that change where a run's results are shown, not what it computes: left out of its identity"""
+
+
 def _non_default(d: dict, cls) -> dict:
     base = _defaults(cls)
-    out = {k: v for k, v in d.items() if k != "loss" and v != base.get(k)}
+    out = {k: v for k, v in d.items() if k != "loss" and k not in NOT_IDENTITY and v != base.get(k)}
     loss = {k: v for k, v in d.get("loss", {}).items() if v != base["loss"].get(k)}
     if loss:
         out["loss"] = loss

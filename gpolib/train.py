@@ -21,6 +21,7 @@ from .collect import Batch, collect, length_stats
 from .config import TrainConfig
 from .logprobs import completion_logps
 from .memory import check_fits
+from .reporting import reporter
 from .metrics import update_missing
 from .rewards import correctness_reward, soft_overlong_penalty
 from .rollout import Rollout, autocast, generate
@@ -179,12 +180,14 @@ def _train_locked(cfg: TrainConfig, run: RunDir, progress: bool) -> list:
     else:
         run.rewrite_metrics([])
         metrics, evals, start, wall = [], [trainer.evaluate(0)], 0, 0.0
+    report = reporter(cfg.report_to, run.path, start)  # TensorBoard, when asked
     bar = tqdm(range(start, cfg.steps), desc=f"{cfg.name} seed {cfg.seed}", disable=not progress,
                initial=start, total=cfg.steps)
     for step in bar:
         row = train_step(trainer, step)
         metrics.append(row)
         run.append_metrics(row)
+        report.log(row)
         if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 < cfg.steps:
             evals.append(trainer.evaluate(step + 1))
         bar.set_postfix(acc=f"{row['acc/mean']:.2f}", len=f"{row['len/mean']:.0f}")
@@ -192,6 +195,7 @@ def _train_locked(cfg: TrainConfig, run: RunDir, progress: bool) -> list:
             ckpt = {"trainer": trainer.state_dict(), "metrics": metrics, "evals": evals, "step": step + 1,
                     "wall_s": wall + time.perf_counter() - t_start}
             run.save_checkpoint(step + 1, ckpt)
+    report.close()
     evals.append(trainer.evaluate(cfg.steps))
     if cfg.lora_r > 0:
         run.save_adapter(trainer.model)

@@ -16,13 +16,15 @@ ADVANTAGE_ESTIMATORS = ("group", "gae")
 OVERLONG_MODES = ("none", "shaping", "filter")
 GFPO_METRICS = ("length", "efficiency")
 OLD_LOGP_SOURCES = ("trainer", "engine")
-BACKENDS = ("hf", "hf_generate", "vllm")
+BACKENDS = ("decoder", "hf", "hf_generate", "vllm")
 DEVICES = ("cpu", "cuda", "auto")
 DTYPES = ("float32", "bfloat16", "float16")
 PROMPT_STYLES = ("auto", "raw", "chat")
 AUTOCAST_DTYPES = ("bfloat16", "float16")
+REPORT_TO = ("none", "tensorboard")
 _CHOICES = {"adv_scale": ADV_SCALES, "overlong": OVERLONG_MODES, "gfpo_metric": GFPO_METRICS,
-            "old_logps": OLD_LOGP_SOURCES, "device": DEVICES, "dtype": DTYPES, "prompt_style": PROMPT_STYLES}
+            "old_logps": OLD_LOGP_SOURCES, "device": DEVICES, "dtype": DTYPES, "prompt_style": PROMPT_STYLES,
+            "report_to": REPORT_TO}
 
 
 def fail(name: str, value: Any, allowed: str) -> None:
