@@ -1,0 +1,89 @@
+"""Execute one notebook of the workbook: papermill in a local-IPC kernel, repository-relative metadata, HTML.
+
+Split from `workbook` (discovery, validation, the order of notebooks, the report): this is the part that
+starts a kernel. `NotebookFailed` says which notebook and cell failed, and whether a config check refused
+a parameter value (the user's input: exit code 2).
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from .. import paths
+
+
+class NotebookFailed(RuntimeError):
+    """A notebook raised while executing; the run stopped there."""
+
+    def __init__(self, notebook: str, cell_index: int, message: str, rejected_input: bool = False):
+        super().__init__(message)
+        self.notebook = notebook
+        self.cell_index = cell_index
+        self.rejected_input = rejected_input
+        """a config check refused a parameter value ("... is invalid; allowed: ..."): the user's input, exit 2"""
+
+
+def _failure(job, err: Exception, executed: Path) -> NotebookFailed:
+    cell = getattr(err, "cell_index", -1)
+    what = f"{getattr(err, 'ename', type(err).__name__)}: {getattr(err, 'evalue', err)}"
+    first = (getattr(err, "source", "") or "").strip().splitlines()[:1]
+    where = f"cell {cell}" + (f" `{first[0][:60]}`" if first else "")
+    msg = f"notebook {job.source.name} failed at {where} ({what}); executed copy: {paths.relative(executed)}"
+    rejected = getattr(err, "ename", "") == "ValueError" and "is invalid; allowed" in str(getattr(err, "evalue", ""))
+    return NotebookFailed(job.source.name, cell, msg, rejected_input=rejected)
+
+
+def _importable() -> None:
+    """Let the kernels import gpolib from this checkout even when it is not installed."""
+    here = str(paths.repo_root())
+    parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if here not in parts:
+        os.environ["PYTHONPATH"] = os.pathsep.join([here, *parts])
+
+
+def _ipc_kernel_manager():
+    """A kernel manager whose kernel talks over local IPC sockets in a private temp folder: over TCP, ipykernel
+    warns on every start that the traffic is unencrypted (true of TCP, and needless for a local kernel)."""
+    import tempfile
+    import uuid
+
+    from jupyter_client.manager import AsyncKernelManager
+    from traitlets import CaselessStrEnum, Unicode, default
+
+    class IPCKernelManager(AsyncKernelManager):
+        transport = CaselessStrEnum(["tcp", "ipc"], default_value="ipc", config=True)
+        ip = Unicode(config=True)
+
+        @default("ip")
+        def _ip_default(self):
+            return os.path.join(tempfile.gettempdir(), f"gpolib-kernel-{uuid.uuid4().hex[:12]}")
+
+    return IPCKernelManager
+
+
+def execute(job, executed: Path, html: Path) -> None:
+    """Run one notebook with papermill, stamp gpolib metadata, export HTML."""
+    import nbformat
+    import papermill as pm
+    from nbconvert import HTMLExporter
+
+    _importable()
+    executed.parent.mkdir(parents=True, exist_ok=True)
+    html.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    try:
+        pm.execute_notebook(str(job.source), str(executed), parameters=job.params,
+                            kernel_name="python3", cwd=str(job.source.parent),
+                            log_output=False, progress_bar=False, kernel_manager_class=_ipc_kernel_manager())
+    except Exception as err:  # PapermillExecutionError, or the kernel died
+        raise _failure(job, err, executed) from err
+    nb = nbformat.read(str(executed), as_version=4)
+    for key in ("input_path", "output_path"):  # papermill records them absolute: no machine path is committed
+        if key in nb.metadata.get("papermill", {}):
+            nb.metadata["papermill"][key] = paths.relative(nb.metadata["papermill"][key])
+    nb.metadata["gpolib"] = {"params_hash": job.params_hash, "parameters": job.params,
+                             "elapsed_s": round(time.time() - t0, 1)}
+    nbformat.write(nb, str(executed))
+    body, _ = HTMLExporter().from_notebook_node(nb)
+    html.write_text(body, encoding="utf-8")
