@@ -91,3 +91,9 @@ def build(profile: str = "full", root: Path | str | None = None) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text, encoding="utf-8")
     return out
+
+
+if __name__ == "__main__":  # python -m gpolib.lab.index [profile]: rewrite the page without running the workbook
+    import sys
+
+    print(build(sys.argv[1] if len(sys.argv) > 1 else "full"))
