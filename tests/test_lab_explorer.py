@@ -80,3 +80,19 @@ def test_missing_response_kind_and_figure_and_widgets():
     with pytest.raises(ValueError, match="not explorer fields"):
         explorer.state_of(EPS_LOW=0.2, PROFILE="smoke")
     assert explorer.state_of(EPS_LOW=0.1).eps_low == 0.1
+
+
+def test_moving_a_control_redraws_that_state(monkeypatch):
+    drawn = []
+    monkeypatch.setattr(explorer, "draw", lambda state: drawn.append(state))
+    ctl = explorer.controls(explorer.State())
+    box = explorer.app(explorer.State())
+    sliders = {w.description: w for col in box.children[0].children for w in col.children}
+    assert set(sliders) == {c.description for c in ctl.values()}
+    drawn.clear()
+    sliders["eps_high"].value = 0.35
+    sliders["aggregation"].value = "token_mean"
+    sliders["group size"].value = 4  # correct counts follow G
+    assert [s.eps_high for s in drawn] == [0.35, 0.35, 0.35]
+    assert drawn[-1].aggregation == "token_mean" and drawn[-1].group_size == 4
+    assert drawn[-1].n_correct <= 4 and sliders["correct"].max == 4
