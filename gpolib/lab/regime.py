@@ -8,6 +8,8 @@
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 
@@ -110,4 +112,6 @@ def trained_policy(cfg, run_dir, device: str = "cpu", dtype: str = "float32"):
     from ..models import load_policy
 
     base, tok = load_policy(cfg.model, lora_r=0, device=device, dtype=dtype)
-    return PeftModel.from_pretrained(base, str(Path(run_dir) / "adapter")).eval(), tok
+    with warnings.catch_warnings():  # peft 0.21 reads `model.is_gradient_checkpointing`, deprecated in transformers 5
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        return PeftModel.from_pretrained(base, str(Path(run_dir) / "adapter")).eval(), tok
