@@ -175,7 +175,8 @@ def readme_section(profile: str = "full", root: Path | str | None = None) -> str
     waiting = [r["id"] for r in rows if r["verdict"] == NOT_RUN]
     text = "\n".join(lines) + "\n"
     if waiting:
-        text += f"\nNot yet run: {', '.join(waiting)} (their notebooks come next). Full table: `reports/claims.md`.\n"
+        text += (f"\nNot yet run on the current task regime: {', '.join(waiting)} (the full-profile reruns come next). "
+                 "Full table: `reports/claims.md`.\n")
     figs = paths.figures_dir(profile, root)
     for name in README_FIGURES:
         if (figs / name).exists():
