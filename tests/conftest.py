@@ -15,7 +15,7 @@ def tiny_cfg():
     from gpolib import presets
 
     def make(name="grpo", **kw):
-        base = dict(steps=2, prompts_per_step=4, group_size=4, max_new_tokens=48, eval_prompts=8, eval_samples=2,
+        base = dict(steps=2, prompts_per_step=4, group_size=4, max_new_tokens=128, eval_prompts=8, eval_samples=2,
                     checkpoint_every=1, warmup_steps=0)
         if name == "gfpo":
             base.update(group_size=8, gfpo_k=4)
