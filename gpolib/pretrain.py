@@ -212,5 +212,8 @@ def _card_text(log: dict, cfg: dict, metrics: dict | None) -> str:
             "Prompt `47*6+13*7=?\\n` (left to right); completion: one line per step (a product either direct,",
             "`295*7=2065`, or long, `295*7:5*7=35,9*7+3=66,2*7+6=20;295*7=2065`), final line `A=<int>`, then `<eos>`. Load with `gpolib.models.load_policy(path)` or",
             "`AutoModelForCausalLM.from_pretrained(path)` / `AutoTokenizer.from_pretrained(path)`.", ""]
-    lines = head + _arch_lines(log, cfg, arch) + _recipe_lines(log, cfg) + _metrics_lines(metrics)
+    router = (["With LoRA the routers stay frozen unless `TrainConfig(train_router=True)`, which trains each",
+               "layer's router weight `mlp.gate.weight` in full (GSPO Sec. 5.3 experiments).", ""]
+              if "num_experts" in cfg else [])
+    lines = head + _arch_lines(log, cfg, arch) + router + _recipe_lines(log, cfg) + _metrics_lines(metrics)
     return "\n".join(lines)
