@@ -214,6 +214,6 @@ def _card_text(log: dict, cfg: dict, metrics: dict | None) -> str:
             "`AutoModelForCausalLM.from_pretrained(path)` / `AutoTokenizer.from_pretrained(path)`.", ""]
     router = (["With LoRA the routers stay frozen unless `TrainConfig(train_router=True)`, which trains each",
                "layer's router weight `mlp.gate.weight` in full (GSPO Sec. 5.3 experiments).", ""]
-              if "num_experts" in cfg else [])
+              if "num_experts_per_tok" in cfg else [])
     lines = head + _arch_lines(log, cfg, arch) + router + _recipe_lines(log, cfg) + _metrics_lines(metrics)
     return "\n".join(lines)
