@@ -188,7 +188,7 @@ def _verdicts(profile: str, root: Path) -> dict:
     return {r["id"]: r["verdict"] for r in json.loads(f.read_text())} if f.exists() else {}
 
 
-def _run_one(job: Job, tag: str, profile: str, root: Path) -> None:
+def _run_one(job: Job, tag: str, profile: str, root: Path) -> dict:
     """Execute one notebook with a progress bar per training run; print what was reused and computed."""
     from .progress import Watch, describe
 
@@ -198,6 +198,7 @@ def _run_one(job: Job, tag: str, profile: str, root: Path) -> None:
         execute(job, paths.executed_dir(profile, root) / job.source.name,
                 paths.html_dir(profile, root) / f"{job.name}.html")
     print(f"{tag} {job.name}: done in {time.time() - t0:.0f} s; {describe(watch.summary())}", flush=True)
+    return watch.summary()
 
 
 def _report(profile: str, root: Path, before: dict) -> None:
@@ -212,6 +213,9 @@ def _report(profile: str, root: Path, before: dict) -> None:
         print("README scoreboard updated", flush=True)
     print(f"report page: {paths.relative(index.build(profile, root=root))}", flush=True)
     changes = verdict_changes(before, _verdicts(profile, root))
+    if not before:
+        print("verdicts: no earlier scoreboard to compare with", flush=True)
+        return
     print("verdicts: " + ("; ".join(changes) if changes else
                           f"no verdict changed versus the committed scoreboard ({len(before)} claims)"), flush=True)
 
@@ -232,7 +236,7 @@ def reproduce(profile: str = "full", only: list[str] | None = None, recompute: b
 
     root = Path(root) if root is not None else paths.repo_root()
     notebooks_dir = Path(notebooks_dir) if notebooks_dir is not None else root / "notebooks"
-    jobs, ran, start = plan(profile, only, notebooks_dir), [], time.time()
+    jobs, ran, start, totals = plan(profile, only, notebooks_dir), [], time.time(), {}
     before = _verdicts(profile, root)
     os.environ.pop(runlog.RECOMPUTE_ENV, None)
     if recompute:
@@ -243,12 +247,14 @@ def reproduce(profile: str = "full", only: list[str] | None = None, recompute: b
             if skip_current and is_up_to_date(job, paths.executed_dir(profile, root) / job.source.name):
                 print(f"{tag} {job.name}: up to date, skipped", flush=True)
                 continue
-            _run_one(job, tag, profile, root)
+            done = _run_one(job, tag, profile, root)
+            totals = {k: totals.get(k, 0) + len(v) for k, v in done.items()}
             ran.append(job.name)
     finally:
         os.environ.pop(runlog.RECOMPUTE_ENV, None)
-    print(f"workbook [{profile}]: executed {len(ran)} of {len(jobs)} notebooks in {time.time() - start:.0f} s"
-          + (" (runs recomputed)" if recompute else " (finished runs reused)"), flush=True)
+    print(f"workbook [{profile}]: executed {len(ran)} of {len(jobs)} notebooks in {time.time() - start:.0f} s; "
+          f"runs {totals.get('reused', 0)} reused, {totals.get('computed', 0)} computed"
+          + (" (--recompute)" if recompute else ""), flush=True)
     if build_report:
         _report(profile, root, before)
     return ran
