@@ -38,7 +38,13 @@ def test_run_dirs_are_keyed_by_configuration():
     assert all(changed[k] != dirs[k] and changed[k].parent == dirs[k].parent for k in cfgs)
     table = runs.folder_table(dirs)
     assert list(table.index) == list(cfgs) and table.loc["grpo/seed1", "folder"].startswith("reports/smoke/runs/04_gspo/")
-    assert not table["finished"].any()
+
+
+def test_folder_table_says_which_runs_are_finished(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "summary.json").write_text('{"finished": true}')
+    table = runs.folder_table({"a/seed0": tmp_path / "a", "b/seed0": tmp_path / "b"})
+    assert table["finished"].tolist() == [True, False] and table.loc["b/seed0", "folder"] == str(tmp_path / "b")
 
 
 def test_windows_and_means_skip_none_and_nan():
