@@ -66,7 +66,7 @@ def test_reward_property(prefix, tail, newline, answer):
     match = VALID.fullmatch(text)
     expected = bool(match) and len(match.group(1).lstrip("-")) <= MAX_ANSWER_DIGITS and int(match.group(1)) == answer
     assert reward == (1.0 if expected else 0.0)
-    if tail.startswith("A=") and prefix.endswith("\n"):
+    if re.fullmatch(r"A=-?[0-9]+", tail) and prefix.endswith("\n"):  # a tail drawn as an integer answer line
         n = int(tail[2:])
         fits = len(str(abs(n))) <= MAX_ANSWER_DIGITS
         assert correctness_reward(text, n) == (1.0 if fits else 0.0)

@@ -24,7 +24,7 @@ def test_defaults_are_neutral_for_recorded_runs():
         assert not set(VALUE_FIELDS) & set(cfg.identity()), path
         assert TrainConfig.same_run(blob["config"], cfg) == [], path
         checked += 1
-    assert checked >= 10
+    assert checked >= 1  # the committed runs of the current task regime (notebook 00's GRPO run, ...)
 
 
 @pytest.mark.parametrize("changes,field", [
