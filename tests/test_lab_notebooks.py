@@ -24,8 +24,9 @@ def test_clean_keeps_only_checked_outputs():
     nb = nbs.clean(_executed())
     assert [c.source.splitlines()[0] for c in nb.cells] == ["# title", 'PROFILE = "smoke"', "# NBVAL_CHECK_OUTPUT",
                                                              "print(verdict)"]
-    assert nb.cells[2].outputs[0]["text"] == "0.134\n" and nb.cells[2].execution_count is None
-    assert nb.cells[3].outputs == [] and "papermill" not in nb.metadata
+    # a checked cell keeps an execution count (nbval calls a cell without one unrun and refuses its outputs)
+    assert nb.cells[2].outputs[0]["text"] == "0.134\n" and nb.cells[2].execution_count == 1
+    assert nb.cells[3].outputs == [] and nb.cells[3].execution_count is None and "papermill" not in nb.metadata
     assert nbs.problems(nb) == []
 
 

@@ -47,14 +47,18 @@ def clean(nb, reference=None):
     """
     ref = {c.source: c.outputs for c in (reference.cells if reference is not None else []) if is_checked(c)}
     nb.cells = [c for c in nb.cells if not _injected(c)]
+    count = 0
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
-        cell.execution_count = None
         cell.outputs = ref.get(cell.source, cell.outputs) if is_checked(cell) else []
+        # nbval treats a cell without an execution count as unrun and refuses its stored outputs, so a
+        # checked cell with outputs gets a count (its rank among them); every other cell gets none
+        count += bool(cell.outputs)
+        cell.execution_count = count if cell.outputs else None
         for out in cell.outputs:
             if "execution_count" in out:
-                out["execution_count"] = None
+                out["execution_count"] = cell.execution_count
         for key in ("execution", "papermill"):
             cell.metadata.pop(key, None)
     for key in RUN_METADATA:
