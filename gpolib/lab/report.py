@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import yaml
 
-from .. import paths
+from .. import jsonio, paths
 from . import dapo, dr_grpo, gfpo, grpo, gspo, ppo_vapo, ratio_decay
 from .verdicts import NOT, NOT_RUN, PARTLY, REPRODUCED, Verdict  # noqa: F401  (the verdict words, re-exported)
 
@@ -64,15 +64,6 @@ CLAIMS: dict[str, Claim] = _load_claims()
 
 # ---------------------------------------------------------------- record and build
 
-def _plain(x: Any) -> Any:
-    """JSON fallback for numpy scalars/arrays and 0-d tensors."""
-    if hasattr(x, "tolist"):
-        return x.tolist()
-    if hasattr(x, "item"):
-        return x.item()
-    raise TypeError(f"evidence value of type {type(x).__name__} is not JSON serialisable")
-
-
 def _relative(run: str | Path, root: Path | str | None) -> str:
     """Run paths are stored relative to the repository root when they lie inside it."""
     if not Path(run).is_absolute():
@@ -92,7 +83,7 @@ def judge(claim_id: str, evidence: dict) -> Verdict:
     missing = [k for k in claim.evidence if k not in evidence]
     if missing:
         raise ValueError(f"claim {claim_id}: evidence is missing {', '.join(missing)} (needs {', '.join(claim.evidence)})")
-    plain = json.loads(json.dumps(evidence, default=_plain))
+    plain = json.loads(jsonio.dumps(evidence))
     return claim.judge(plain)
 
 
@@ -108,7 +99,7 @@ def record(claim_id: str, evidence: dict, runs: list[str], profile: str,
            "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     out = paths.claims_dir(profile, root) / f"{claim_id}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(rec, indent=2, default=_plain) + "\n")
+    out.write_text(jsonio.dumps(rec, indent=2) + "\n")
     print(f"{claim_id} [{profile}]: {verdict.upper()} — {ours}")
     return json.loads(out.read_text())
 
@@ -156,7 +147,7 @@ def build(profile: str = "full", root: Path | str | None = None) -> list:
     rows = collect(profile, root)
     note = ("\n> Smoke profile: tiny budgets that check the code runs; these numbers are "
             "not a replication.\n" if profile == "smoke" else "")
-    texts = {"claims.json": json.dumps(rows, indent=2, default=_plain) + "\n",
+    texts = {"claims.json": jsonio.dumps(rows, indent=2) + "\n",
              "claims.md": f"# Claims scoreboard ({profile} profile)\n{note}\n" + scoreboard_markdown(profile, root)}
     return [name for name, text in texts.items() if _write_if_changed(out / name, text)]
 
