@@ -27,7 +27,7 @@ class Batch:
     rollout: Rollout
     correct: torch.Tensor  # (B,) 0/1 correctness
     rewards: torch.Tensor  # (B,) shaped reward
-    advantages: torch.Tensor  # (B,)
+    advantages: torch.Tensor  # (B,), or (B, T) per token under advantage_estimator='gae'
     loss_mask: torch.Tensor  # (B, T)
     stats: dict
     """the step's collection metrics (names in gpolib.metrics)"""
@@ -74,6 +74,8 @@ def advantages(trainer, ro: Rollout, correct, rewards, stats: dict) -> Batch:
     mask = ro.completion_mask.float()
     if c.overlong == "filter":
         mask = overlong_filter_mask(mask, ro.truncated)
+    if c.advantage_estimator == "gae" and len(correct):  # PPO / VAPO: per token, from the value model
+        return trainer.gae_batch(ro, correct, rewards, mask, stats)
     if c.gfpo_k is None or len(correct) == 0:
         adv = group_advantages(rewards, G, c.adv_scale) if len(correct) else rewards
         return Batch(ro, correct, rewards, adv, mask, stats)

@@ -50,6 +50,12 @@ METRICS: dict[str, Metric] = {
     "ratio/log_std": Metric("std of log ratio", update=True, missing=0.0),
     "kl/mean": Metric("KL (nats/token)", update=True, missing=0.0),
     "update/skipped": Metric("update skipped (0/1)", update=True, missing=0),
+    # PPO / VAPO (advantage_estimator='gae'; gpolib.value_loop): V on the fresh batch before its update, ...
+    "value/loss": Metric("value loss 0.5 (V - target)^2"), "value/explained_var": Metric("explained variance of V"),
+    "value/mean": Metric("mean V (per token)"),
+    # ... and the value update and VAPO's positive-example LM loss (written only when measured)
+    "value/grad_norm": Metric("value gradient norm"), "loss/positive_lm": Metric("NLL of correct responses (nats/token)"),
+    "time/value_s": Metric("value-model time (s)"),
     # the step
     "lr": Metric("learning rate"), "time/rollout_s": Metric("rollout time (s)"), "time/train_s": Metric("train time (s)"),
     "tokens_per_s": Metric("tokens / s"),

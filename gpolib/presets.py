@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .config import LossConfig, TrainConfig
 
-PRESETS = ("grpo", "dapo", "gspo", "gfpo", "dr_grpo")
+PRESETS = ("grpo", "dapo", "gspo", "gfpo", "dr_grpo", "ppo", "vapo")
 
 
 def _grpo(base: TrainConfig) -> TrainConfig:
@@ -46,7 +46,33 @@ def _dr_grpo(base: TrainConfig) -> TrainConfig:
                                         aggregation="seq_mean_token_sum_norm", max_len=base.max_new_tokens))
 
 
-_BUILDERS = {"grpo": _grpo, "dapo": _dapo, "gspo": _gspo, "gfpo": _gfpo, "dr_grpo": _dr_grpo}
+def _ppo(base: TrainConfig) -> TrainConfig:
+    # PPO with a learned critic, the baseline GRPO drops (DeepSeekMath Sec. 4.1, Eq. 1-2): per-token advantages by
+    # GAE (Schulman et al. 2016 Eq. 16), gamma = 1 (one terminal reward per response, no discount), lambda = 0.95
+    # for the advantages and, as in PPO, for the value target too (PPO Table 3); clip eps = 0.2 (PPO Sec. 6.1);
+    # plain squared-error value loss (PPO Eq. 9). Sample-level mean as GRPO (DeepSeekMath Eq. 1 and 3), so the two
+    # differ only in the baseline. The value model shares the policy's base (gpolib.value).
+    return base.replace(name="ppo", advantage_estimator="gae", gamma=1.0, lambda_policy=0.95,
+                        loss=LossConfig(ratio_level="token", eps_low=0.2, eps_high=0.2,
+                                        aggregation="seq_mean_token_mean"))
+
+
+def _vapo(base: TrainConfig) -> TrainConfig:
+    # VAPO (Yue et al. 2025), value-based advantages plus DAPO's fixes:
+    #   Value-Pretraining (Sec. 3): the critic first fits Monte-Carlo returns of the base policy, 50 steps (Sec. 6.1);
+    #   Decoupled-GAE (Sec. 3): lambda_critic = 1.0 for the value target;
+    #   Length-Adaptive GAE (Sec. 4.1): lambda_policy = 1 - 1 / (alpha |y|), alpha = 0.05;
+    #   Token-Level Policy Gradient Loss (Sec. 4.2; DAPO Sec. 3.3); Clip-Higher 0.2 / 0.28 (Sec. 5.1; DAPO Sec. 3.1);
+    #   Positive Example LM Loss (Sec. 5.2), mu = 0.1; Group-Sampling (Sec. 5.3): several responses per prompt,
+    #   here the shared G = 8 (VAPO: 16), so that all arms generate equal samples;
+    #   critic learning rate 2x the actor's (Sec. 6.1: 2e-6 vs 1e-6); gamma = 1 (one terminal reward).
+    return base.replace(name="vapo", advantage_estimator="gae", gamma=1.0, lambda_critic=1.0, lambda_alpha=0.05,
+                        value_pretrain_steps=50, value_lr_scale=2.0, positive_lm_weight=0.1,
+                        loss=LossConfig(ratio_level="token", eps_low=0.2, eps_high=0.28, aggregation="token_mean"))
+
+
+_BUILDERS = {"grpo": _grpo, "dapo": _dapo, "gspo": _gspo, "gfpo": _gfpo, "dr_grpo": _dr_grpo,
+             "ppo": _ppo, "vapo": _vapo}
 
 
 def get(name: str, /, **overrides) -> TrainConfig:

@@ -29,6 +29,7 @@ from .rundir import RunDir
 from .runtime import cpu_threads
 from .tasks import render_prompt
 from .update import update
+from . import value_loop
 
 
 class Trainer:
@@ -58,6 +59,7 @@ class Trainer:
         warm = cfg.warmup_steps
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / (warm + 1)))
         self.group_means: list = []  # running record for GFPO adaptive k
+        self.value = value_loop.make_value_model(self)  # PPO / VAPO (advantage_estimator='gae'), else None
 
     # -- the phases of a step -------------------------------------------------------
     def collect(self, step: int) -> Batch:
@@ -111,6 +113,10 @@ class Trainer:
                                 ro.completion_ids[rows].to(self.device), ro.completion_mask[rows].to(self.device),
                                 self.cfg.temperature, chunk_rows=chunk_rows, with_entropy=with_entropy, bucket=bucket)
 
+    def gae_batch(self, ro: Rollout, correct, rewards, loss_mask, stats: dict) -> Batch:
+        """advantage_estimator='gae': per-token advantages and value targets from the value model."""
+        return value_loop.gae_batch(self, ro, correct, rewards, loss_mask, stats)
+
     @torch.no_grad()
     def policy_logps(self, ro: Rollout) -> torch.Tensor:
         """log pi_theta of every completion token under the current policy, no grad, on the CPU. (B, T)."""
@@ -121,7 +127,7 @@ class Trainer:
     def state_dict(self) -> dict:
         weights = {n: p.detach().cpu().clone() for n, p in self.model.named_parameters() if p.requires_grad}
         return {"weights": weights, "opt": self.opt.state_dict(), "sched": self.sched.state_dict(),
-                "group_means": list(self.group_means), "rng": torch.get_rng_state()}
+                "group_means": list(self.group_means), "rng": torch.get_rng_state(), **value_loop.value_state(self)}
 
     def load_state_dict(self, state: dict) -> None:
         named = dict(self.model.named_parameters())
@@ -132,6 +138,7 @@ class Trainer:
         self.sched.load_state_dict(state["sched"])
         self.group_means = list(state["group_means"])
         torch.set_rng_state(state["rng"])
+        value_loop.load_value_state(self, state)
 
 
 def _vllm_engine(cfg: TrainConfig):
@@ -176,10 +183,12 @@ def _train_locked(cfg: TrainConfig, run: RunDir, progress: bool) -> list:
     if state is not None:
         trainer.load_state_dict(state["trainer"])
         metrics, evals, start, wall = state["metrics"], state["evals"], state["step"], state["wall_s"]
+        pretrain = state.get("value_pretrain", [])
         run.rewrite_metrics(metrics)
     else:
         run.rewrite_metrics([])
         metrics, evals, start, wall = [], [trainer.evaluate(0)], 0, 0.0
+        pretrain = value_loop.pretrain_value(trainer) if trainer.value is not None else []  # VAPO Value-Pretraining
     report = reporter(cfg.report_to, run.path, start)  # TensorBoard, when asked
     bar = tqdm(range(start, cfg.steps), desc=f"{cfg.name} seed {cfg.seed}", disable=not progress,
                initial=start, total=cfg.steps)
@@ -193,14 +202,17 @@ def _train_locked(cfg: TrainConfig, run: RunDir, progress: bool) -> list:
         bar.set_postfix(acc=f"{row['acc/mean']:.2f}", len=f"{row['len/mean']:.0f}")
         if (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
             ckpt = {"trainer": trainer.state_dict(), "metrics": metrics, "evals": evals, "step": step + 1,
-                    "wall_s": wall + time.perf_counter() - t_start}
+                    "wall_s": wall + time.perf_counter() - t_start, "value_pretrain": pretrain}
             run.save_checkpoint(step + 1, ckpt)
     report.close()
     evals.append(trainer.evaluate(cfg.steps))
     if cfg.lora_r > 0:
-        run.save_adapter(trainer.model)
+        run.save_adapter(trainer.model)  # with a value model: its adapter in adapter/value/, its head beside it
+        if trainer.value is not None:
+            torch.save(trainer.value.head.state_dict(), run.path / "adapter" / "value_head.pt")
     run.write_summary({"fingerprint": cfg.fingerprint(), "finished": True, "steps": cfg.steps, "eval": evals,
-                       "eval_start": evals[0], "eval_end": evals[-1], "wall_s": wall + time.perf_counter() - t_start})
+                       "eval_start": evals[0], "eval_end": evals[-1], "wall_s": wall + time.perf_counter() - t_start,
+                       **({"value_pretrain": pretrain} if pretrain else {})})
     return metrics
 
 

@@ -17,23 +17,27 @@ from . import moe
 from .collect import Batch
 from .metrics import Mean, Share, mean_of
 from .objectives import policy_loss, subset_scale
+from .value_loop import active_rows, has_signal, positive_lm_term, positive_tokens, update_value
 
 
 def update(trainer, batch: Batch, step: int) -> dict:
     """mu optimiser steps on disjoint minibatches of the batch; returns the update metrics of the step."""
     c = trainer.cfg
     B = len(batch.correct)
-    if B == 0 or not bool((batch.advantages != 0).any()):
+    if B == 0 or not has_signal(c, batch):
         return {"update/skipped": 1}
     gen = torch.Generator().manual_seed(c.seed * 7919 + step)
     minibatches = [mb.sort().values for mb in torch.randperm(B, generator=gen).chunk(c.mu)]
     # rows with A = 0 add nothing but a denominator share when beta = 0: skip their passes, rescale
-    active = batch.advantages != 0 if c.loss.beta == 0 else torch.ones(B, dtype=torch.bool)
+    active = active_rows(c, batch)
     olds, experts = pi_old(trainer, batch, minibatches, active)
     trainer.model.train()
     parts = [_minibatch_step(trainer, batch, mb, active, old, experts, step) for mb, old in zip(minibatches, olds)]
     names = dict.fromkeys(k for part in parts for k in part)
-    return {k: mean_of(part[k] for part in parts if k in part) for k in names}
+    out = {k: mean_of(part[k] for part in parts if k in part) for k in names}
+    if trainer.value is not None:  # PPO / VAPO: the value model's steps, on the same minibatches
+        out.update(update_value(trainer, batch, minibatches))
+    return out
 
 
 def pi_old(trainer, batch: Batch, minibatches: list, active: torch.Tensor) -> tuple:
@@ -87,11 +91,13 @@ def _minibatch_step(trainer, batch: Batch, mb: torch.Tensor, active: torch.Tenso
     c = trainer.cfg
     rows = mb[active[mb]]
     n_tok_all = float(batch.loss_mask[mb].sum())
+    n_positive = positive_tokens(batch, mb) if c.positive_lm_weight > 0 else 0.0  # VAPO's LM-loss normaliser
     # longest rows together: each micro-batch is trimmed to its own length
     order = rows[torch.argsort(batch.rollout.lengths[rows], stable=True)] if not experts else rows
     losses, infos = [], []
     for micro in order.split(c.micro_batch_rows) if len(order) else ():
-        loss, info = _micro_step(trainer, batch, micro.sort().values, len(mb), n_tok_all, old, experts, step)
+        loss, info = _micro_step(trainer, batch, micro.sort().values, (len(mb), n_tok_all, n_positive), old, experts,
+                                 step)
         losses.append(loss)
         infos.append(info)
     if not infos:  # every row has A = 0: the same as a zero-gradient step
@@ -109,10 +115,12 @@ def _minibatch_step(trainer, batch: Batch, mb: torch.Tensor, active: torch.Tenso
     return out
 
 
-def _micro_step(trainer, batch: Batch, rows: torch.Tensor, n_rows_all: int, n_tok_all: float, old,
-                experts, step: int) -> tuple:
-    """Forward + backward of one micro-batch, its loss scaled to its share of the minibatch loss; (loss, info)."""
+def _micro_step(trainer, batch: Batch, rows: torch.Tensor, totals: tuple, old, experts, step: int) -> tuple:
+    """Forward + backward of one micro-batch, its loss scaled to its share of the minibatch loss; (loss, info).
+
+    totals: the minibatch's rows, tokens and correct responses' tokens (the normalisers of the shares)."""
     c, ro = trainer.cfg, batch.rollout
+    n_rows_all, n_tok_all, n_positive = totals
     replay = (moe.replay_routing(trainer.model, _rows_of(experts, rows, len(batch.correct))) if experts
               else contextlib.nullcontext())
     with replay:
@@ -122,9 +130,13 @@ def _micro_step(trainer, batch: Batch, rows: torch.Tensor, n_rows_all: int, n_to
     mask, adv = batch.loss_mask[rows].to(trainer.device), batch.advantages[rows].to(trainer.device)
     loss, info = policy_loss(lp, old_lp, adv, mask, c.loss, ref)
     loss = loss * subset_scale(c.loss.aggregation, len(rows), n_rows_all, float(mask.sum()), n_tok_all)
-    if not torch.isfinite(loss):
-        raise FloatingPointError(f"non-finite loss ({loss.item()}) at step {step}; last good checkpoint kept")
-    loss.backward()
+    # VAPO: + mu * NLL of the correct responses (its share of the minibatch's); nothing when mu = 0
+    lm, lm_info = positive_lm_term(c, lp, mask, batch.correct[rows].to(trainer.device), n_positive)
+    info.update(lm_info)
+    total = loss + lm if lm_info else loss
+    if not torch.isfinite(total):
+        raise FloatingPointError(f"non-finite loss ({total.item()}) at step {step}; last good checkpoint kept")
+    total.backward()
     info["entropy/mean"] = Mean.of(ent, mask)
     return loss.item(), info
 

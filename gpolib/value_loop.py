@@ -1,9 +1,9 @@
 """PPO / VAPO in the loop (advantage_estimator='gae'): the value model's part of a step, as the functions
-the loop calls. Where they are called:
+the loop calls. Where they are called (`trainer` is the gpolib.train.Trainer, not imported here: no cycle):
 
   Trainer.__init__         trainer.value = make_value_model(trainer)        (None for the group estimators)
   train, before step 0     pretrain_value(trainer)                           (VAPO Value-Pretraining)
-  collect.advantages       gae_batch(trainer, ro, correct, rewards, mask, stats)
+  collect.advantages       trainer.gae_batch(...) -> gae_batch(trainer, ro, correct, rewards, mask, stats)
   update.update            has_signal(cfg, batch), active_rows(cfg, batch); then update_value(...)
   update._micro_step       the loss gains positive_lm_term(cfg, logps, mask, correct, n_positive_tokens)
   Trainer.state_dict/load  value_state(trainer) / load_value_state(trainer, state)
@@ -16,16 +16,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 import torch
 
 from .collect import Batch, step_seed
 from .metrics import Mean
 from .value import ValueModel, positive_lm_loss, pretrain, token_advantages
-
-if TYPE_CHECKING:
-    from .train import Trainer
 
 VALUE_METRICS = {"value/loss": "value_loss", "value/explained_var": "value_explained_var", "value/mean": "value_mean"}
 """step-row name -> key of gpolib.value's statistics of a fresh rollout (before the value update)"""
@@ -41,7 +38,7 @@ class ValueBatch(Batch):
     """(B, T) V of the rollout before the update (GAE's baseline, the clipped value loss's anchor)"""
 
 
-def make_value_model(trainer: "Trainer") -> ValueModel | None:
+def make_value_model(trainer) -> ValueModel | None:
     """The value model of a 'gae' config (lr = lr * value_lr_scale), None otherwise. Built after the policy,
     so that the policy's LoRA initialisation is the same as under GRPO for the same seed."""
     c = trainer.cfg
@@ -51,7 +48,7 @@ def make_value_model(trainer: "Trainer") -> ValueModel | None:
                       max_grad_norm=c.max_grad_norm)
 
 
-def pretrain_value(trainer: "Trainer") -> list:
+def pretrain_value(trainer) -> list:
     """VAPO Value-Pretraining: value_pretrain_steps rollouts of the base policy, each fits V to its
     Monte-Carlo returns. Seeded apart from the RL steps (steps -1, -2, ...), so the RL samples are the
     same with or without it. Returns one metrics dict per pre-training step (with its generated samples)."""
@@ -68,7 +65,7 @@ def pretrain_value(trainer: "Trainer") -> list:
     return [{**row, "gen/samples": c.prompts_per_step * c.group_size} for row in log]
 
 
-def gae_batch(trainer: "Trainer", ro, correct, rewards, loss_mask, stats: dict) -> ValueBatch:
+def gae_batch(trainer, ro, correct, rewards, loss_mask, stats: dict) -> ValueBatch:
     """The batch of a 'gae' step: per-token advantages by (decoupled, length-adaptive) GAE on V_old."""
     c = trainer.cfg
     t0 = time.perf_counter()
@@ -114,20 +111,24 @@ def positive_lm_term(cfg, logps, mask, correct, n_positive: float) -> tuple:
     return cfg.positive_lm_weight * loss, {"loss/positive_lm": nll}
 
 
-def update_value(trainer: "Trainer", batch: ValueBatch, minibatches: list) -> dict:
-    """One value-model step per minibatch, on the batch's GAE(lambda_critic) targets; its metrics."""
+def update_value(trainer, batch: ValueBatch, minibatches: list) -> dict:
+    """One value-model step per minibatch, on the batch's GAE(lambda_critic) targets; its metrics.
+
+    time/value_s: the step's time on the value model (its V_old pass in `gae_batch` and these steps),
+    a part of time/rollout_s and time/train_s."""
     c = trainer.cfg
     t0 = time.perf_counter()
     info = trainer.value.update(batch.rollout, batch.value_targets, batch.old_values, minibatches, c.value_clip,
                                 c.micro_batch_rows)
-    return {"value/grad_norm": info.get("value_grad_norm"), "time/value_s": time.perf_counter() - t0}
+    elapsed = batch.stats.get("time/value_s", 0.0) + time.perf_counter() - t0
+    return {"value/grad_norm": info.get("value_grad_norm"), "time/value_s": elapsed}
 
 
-def value_state(trainer: "Trainer") -> dict:
+def value_state(trainer) -> dict:
     """The value model's checkpoint entry ({} without one)."""
     return {} if trainer.value is None else {"value": trainer.value.state_dict()}
 
 
-def load_value_state(trainer: "Trainer", state: dict) -> None:
+def load_value_state(trainer, state: dict) -> None:
     if trainer.value is not None:
         trainer.value.load_state_dict(state["value"])

@@ -21,6 +21,8 @@ def tiny_cfg():
             base.update(group_size=8, gfpo_k=4)
         if name == "gspo":
             base.update(mu=2)
+        if name == "vapo":
+            base.update(value_pretrain_steps=2)  # the preset's 50 (VAPO Sec. 6.1) is a full-profile cost
         base.update(kw)
         return presets.get(name, **base)
     return make

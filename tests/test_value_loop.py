@@ -7,8 +7,8 @@ from gpolib.metrics import Mean
 from gpolib.objectives import gae, terminal_rewards
 from gpolib.train import Trainer
 from gpolib.value import positive_lm_loss
-from gpolib.value_loop import (active_rows, gae_batch, has_signal, make_value_model, positive_lm_term,
-                               positive_tokens, pretrain_value, update_value)
+from gpolib.value_loop import (active_rows, gae_batch, has_signal, positive_lm_term, positive_tokens,
+                               pretrain_value, update_value)
 
 
 def _gae_cfg(tiny_cfg, **kw):
@@ -25,7 +25,7 @@ def _scored(tr, step=0):
 
 def test_gae_batch_has_token_advantages_and_monte_carlo_targets(tiny_cfg):
     tr = Trainer(_gae_cfg(tiny_cfg, lambda_critic=1.0))
-    tr.value = make_value_model(tr)
+    assert tr.value is not None and Trainer(tiny_cfg("grpo")).value is None  # built by the Trainer for 'gae' only
     torch.nn.init.normal_(tr.value.head.weight, std=0.1)
     ro, correct, rewards = _scored(tr)
     mask = ro.completion_mask.float()
@@ -82,7 +82,6 @@ def test_positive_lm_micro_batches_add_up_to_the_minibatch_loss():
 
 def test_update_value_moves_the_value_model_only(tiny_cfg):
     tr = Trainer(_gae_cfg(tiny_cfg))
-    tr.value = make_value_model(tr)
     policy = {n: p.detach().clone() for n, p in tr.model.named_parameters() if p.requires_grad}
     ro, correct, rewards = _scored(tr)
     b = gae_batch(tr, ro, correct, rewards, ro.completion_mask.float(), {})
@@ -98,7 +97,6 @@ def test_update_value_moves_the_value_model_only(tiny_cfg):
 def test_pretraining_does_not_change_the_policy_or_its_samples(tiny_cfg):
     """Same seed with and without value pre-training: the same policy weights and the same step-0 rollout."""
     with_value = Trainer(_gae_cfg(tiny_cfg, value_pretrain_steps=2))
-    with_value.value = make_value_model(with_value)
     log = pretrain_value(with_value)
     assert [row["step"] for row in log] == [0, 1] and all(row["gen/samples"] == 16 for row in log)
     assert all(row["value_loss"] >= 0 for row in log)
@@ -108,3 +106,50 @@ def test_pretraining_does_not_change_the_policy_or_its_samples(tiny_cfg):
     ro_a, _, _ = _scored(with_value)
     ro_b, _, _ = _scored(plain)
     assert torch.equal(ro_a.completion_ids, ro_b.completion_ids)
+
+
+def _stable(row):
+    return {k: v for k, v in row.items() if not k.startswith(("time/", "tokens_per_s"))}
+
+
+@pytest.mark.parametrize("name", ["ppo", "vapo"])
+def test_two_steps_move_policy_and_value_with_finite_metrics(name, tiny_cfg):
+    import math
+    from gpolib.train import train_step
+    tr = Trainer(tiny_cfg(name))
+    policy0 = {n: p.detach().clone() for n, p in tr.model.named_parameters() if p.requires_grad}
+    value0 = [p.detach().clone() for p in tr.value.parameters()]
+    pre = pretrain_value(tr)
+    assert len(pre) == (2 if name == "vapo" else 0)
+    rows = [train_step(tr, s) for s in range(2)]
+    named = dict(tr.model.named_parameters())
+    assert all(r["update/skipped"] == 0 for r in rows)
+    assert any(not torch.equal(w, named[n]) for n, w in policy0.items())  # the policy's LoRA moved
+    assert any(not torch.equal(w, p) for w, p in zip(value0, tr.value.parameters()))  # and the value model
+    for r in rows:
+        for k in ("value/loss", "value/mean", "value/grad_norm", "time/value_s", "loss/policy", "grad/norm"):
+            assert math.isfinite(r[k]), (k, r[k])
+        assert r["value/explained_var"] is None or math.isfinite(r["value/explained_var"])
+        assert ("loss/positive_lm" in r) == (name == "vapo") and (name == "ppo" or math.isfinite(r["loss/positive_lm"]))
+
+
+def test_resumed_trainer_continues_like_the_original(tiny_cfg):
+    """The checkpoint state carries the value model: a fresh Trainer loaded from it gives the same next step."""
+    import copy
+    from gpolib.train import train_step
+    first = Trainer(tiny_cfg("ppo"))
+    train_step(first, 0)
+    state = copy.deepcopy(first.state_dict())
+    assert "value" in state
+    again = Trainer(tiny_cfg("ppo"))
+    again.load_state_dict(state)
+    assert _stable(train_step(again, 1)) == _stable(train_step(first, 1))
+
+
+def test_vapo_run_records_pretraining_and_saves_the_value_model(tiny_cfg, tmp_path):
+    from gpolib.train import load_summary, train
+    train(tiny_cfg("vapo", steps=1), tmp_path / "vapo", progress=False)
+    summary = load_summary(tmp_path / "vapo")
+    assert [row["step"] for row in summary["value_pretrain"]] == [0, 1]
+    assert (tmp_path / "vapo" / "adapter" / "value_head.pt").exists()
+    assert (tmp_path / "vapo" / "adapter" / "value" / "adapter_config.json").exists()
