@@ -125,15 +125,14 @@ class ValueModel:
 
     @torch.no_grad()
     def predict(self, ro, chunk_rows: int = 64) -> torch.Tensor:
-        """V of every row of a Rollout, no graph: (B, T)."""
+        """V of every row of a Rollout, no graph: (B, T), on the CPU. Rows of similar length share a chunk."""
         dev = self.head.weight.device
-        out = []
+        out = torch.zeros(ro.completion_ids.shape)  # (B, T)
         with self.adapter():
-            for s in range(0, len(ro.texts), chunk_rows):
-                rows = slice(s, s + chunk_rows)
-                out.append(self.forward(ro.prompt_ids[rows].to(dev), ro.prompt_mask[rows].to(dev),
-                                        ro.completion_ids[rows].to(dev), ro.completion_mask[rows].to(dev)))
-        return torch.cat(out) if out else torch.zeros(ro.completion_ids.shape)
+            for rows in torch.argsort(ro.lengths, stable=True).split(chunk_rows):
+                out[rows] = self.forward(ro.prompt_ids[rows].to(dev), ro.prompt_mask[rows].to(dev),
+                                         ro.completion_ids[rows].to(dev), ro.completion_mask[rows].to(dev)).cpu()
+        return out
 
     def update(self, ro, targets, old_values, minibatches: list, clip=None, micro_rows: int = 64) -> dict:
         """One AdamW step per minibatch (index tensors) on the value loss; returns mean diagnostics."""
@@ -142,7 +141,7 @@ class ValueModel:
         with self.adapter():
             for mb in minibatches:
                 n_tok = ro.completion_mask[mb].sum().clamp(min=1).to(dev)
-                for micro in mb.split(micro_rows):
+                for micro in mb[torch.argsort(ro.lengths[mb], stable=True)].split(micro_rows):  # similar lengths
                     c_mask = ro.completion_mask[micro].to(dev)
                     v = self.forward(ro.prompt_ids[micro].to(dev), ro.prompt_mask[micro].to(dev),
                                      ro.completion_ids[micro].to(dev), c_mask)
