@@ -140,9 +140,11 @@ class TrainConfig:
     """None, 'bfloat16' or 'float16': sample rollouts under torch.autocast in that dtype, a reduced-precision
     rollout engine whose log-probs (`old_logps='engine'`, GSPO Sec. 5.4) differ from the trainer's."""
     backend: str = "hf"
-    """rollout engine: 'hf' (transformers forward + KV cache, finished rows dropped), 'hf_generate'
-    (transformers generate), or 'vllm' (optional extra, CUDA; the policy reaches it as a LoRA adapter
-    each optimizer step, see gpolib/vllm_backend.py)."""
+    """rollout engine: 'decoder' (gpolib/decode.py: the Qwen3 / Qwen3-MoE / Qwen2 layers re-written for
+    decoding, preallocated KV cache, LoRA folded in, finished rows dropped; other architectures use 'hf'),
+    'hf' (transformers forward + KV cache, finished rows dropped), 'hf_generate' (transformers generate), or
+    'vllm' (optional extra, CUDA; the policy reaches it as a LoRA adapter each optimizer step, see
+    gpolib/vllm_backend.py)."""
     vllm_gpu_memory_utilization: float = 0.3
     """backend='vllm': share of GPU memory the engine may take (weights + KV cache); the trainer uses the rest."""
     vllm_sleep: bool = False

@@ -1,8 +1,11 @@
 """Rollouts: G samples per prompt -> a `Rollout` of ids, masks, sampling log-probs and truncation flags.
 
 Backends share one interface, `generate(model, tokenizer, prompts, ...)`:
-  "hf"          transformers model forward with a KV cache, left padding, finished rows dropped
-                from the batch (`sampler.py`; default, CPU and GPU; 40% faster than `generate` here);
+  "decoder"     the sampling loop of `sampler.py` on `decode.Decoder` (the Qwen3 / Qwen3-MoE / Qwen2 layers
+                re-written for decoding: preallocated KV cache, fused projections, LoRA folded in);
+                other architectures fall back to "hf";
+  "hf"          the same loop on the transformers model forward with a KV cache, left padding, finished
+                rows dropped from the batch (CPU and GPU; 40% faster than `generate` here);
   "hf_generate" transformers `generate` itself (reference; same greedy output, tested);
   "vllm"        vLLM's `LLM.generate` (optional extra `pip install gpolib[vllm]`), see `vllm_backend.py`
                 (which returns tensors; this module makes the Rollout, so neither imports the other's types).
@@ -138,14 +141,14 @@ def hf_generate(model, tokenizer, prompts: list, group_size: int, max_new_tokens
 
 
 def hf_sample(model, tokenizer, prompts: list, group_size: int, max_new_tokens: int,
-              temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False) -> Rollout:
-    """Sample `group_size` completions per prompt with the compacting KV-cache loop of `sampler.py`."""
+              temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False, engine: str = "hf") -> Rollout:
+    """Sample `group_size` completions per prompt with the compacting KV-cache loop of `sampler.py`
+    (engine 'hf': the transformers forward, LoRA merged; 'auto': `decode.Decoder` where supported)."""
     from .sampler import sample
 
     p_ids, p_mask = _prompts(tokenizer, prompts, group_size, next(model.parameters()).device)  # (B, P)
-    with merged_lora(model):
-        c_ids, logps = sample(model, p_ids, p_mask, max_new_tokens, tokenizer.eos_token_id,
-                              tokenizer.pad_token_id, temperature, top_p, greedy)  # (B, T) each
+    c_ids, logps = sample(model, p_ids, p_mask, max_new_tokens, tokenizer.eos_token_id,
+                          tokenizer.pad_token_id, temperature, top_p, greedy, engine=engine)  # (B, T) each
     return to_rollout(tokenizer, prompts, group_size, p_ids, p_mask, c_ids, logps)
 
 
@@ -173,8 +176,9 @@ def autocast(dtype, device: str):
 def generate(model, tokenizer, prompts: list, group_size: int, max_new_tokens: int, temperature: float = 1.0,
              top_p: float = 1.0, backend: str = "hf", greedy: bool = False, engine=None) -> Rollout:
     """Roll out with the chosen backend; `engine` is a prepared vLLM engine for backend='vllm'."""
-    if backend == "hf":
-        return hf_sample(model, tokenizer, prompts, group_size, max_new_tokens, temperature, top_p, greedy)
+    if backend in ("hf", "decoder"):
+        return hf_sample(model, tokenizer, prompts, group_size, max_new_tokens, temperature, top_p, greedy,
+                         engine="hf" if backend == "hf" else "auto")
     if backend == "hf_generate":
         return hf_generate(model, tokenizer, prompts, group_size, max_new_tokens, temperature, top_p, greedy)
     if backend == "vllm":
@@ -184,4 +188,4 @@ def generate(model, tokenizer, prompts: list, group_size: int, max_new_tokens: i
                                    tokenizer.pad_token_id)  # (B, T) each
         p_ids, p_mask = _prompts(tokenizer, prompts, group_size, "cpu")  # (B, P)
         return to_rollout(tokenizer, prompts, group_size, p_ids, p_mask, c_ids, logps)
-    raise ValueError(f"backend={backend!r} is invalid; allowed: 'hf' | 'hf_generate' | 'vllm'")
+    raise ValueError(f"backend={backend!r} is invalid; allowed: 'decoder' | 'hf' | 'hf_generate' | 'vllm'")

@@ -1,20 +1,29 @@
-"""A KV-cache sampling loop that drops finished rows from the batch.
+"""Sampling loops that drop finished rows from the batch.
 
 `transformers.generate` keeps every row in the batch until the longest one ends, so late decode
 steps spend most of their compute on rows that only emit padding. Here rows that produced EOS leave
-the batch (their cache rows too) once they make up a quarter of it. The model forward is the same
-transformers forward with a `DynamicCache`; log-probabilities of the sampled tokens are kept as
-they are drawn.
+the batch (their cache rows too) once they make up a share `COMPACT_AT` of it.
+
+Two engines share the loop:
+  "decoder"  `gpolib.decode.Decoder`: the model's layers re-written for decoding (preallocated KV
+             cache, fused projections, LoRA folded in); Qwen3, Qwen3-MoE and Qwen2 models;
+  "hf"       the transformers forward with a `DynamicCache` (any causal LM; the reference).
+engine="auto" takes the decoder where it supports the model. Both return the same greedy tokens and
+log-probs within 1e-5 of the model's forward (tests/test_sampler.py).
 """
 from __future__ import annotations
+
+import contextlib
 
 import torch
 from transformers import DynamicCache
 
 from .logprobs import position_ids
+from .lora import merged_lora
 
 COMPACT_AT = 0.25
 """compact the batch when this share of its rows has finished"""
+ENGINES = ("auto", "decoder", "hf")
 
 
 def _top_p_filter(logp: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -26,48 +35,109 @@ def _top_p_filter(logp: torch.Tensor, top_p: float) -> torch.Tensor:
     return logp.masked_fill(drop, float("-inf"))
 
 
-def _draw(logits: torch.Tensor, temperature: float, top_p: float, greedy: bool) -> tuple:
-    """Next token (b,) and its log-prob under softmax(logits / temperature) (b,)."""
-    logp = torch.log_softmax(logits.float() / (1.0 if greedy else temperature), dim=-1)  # (b, V)
-    if greedy:
+def _draw(logits: torch.Tensor, temperature: float, top_p: float, u: torch.Tensor | None) -> tuple:
+    """Next token (b,) and its log-prob under softmax(logits / temperature) (b,); greedy when u is None.
+
+    Sampling by inverse CDF with the row's own uniform u (b,): token = first index whose cumulative
+    probability exceeds u * (kept mass). One uniform per row and step, drawn before the loop, so a row's
+    tokens depend on its uniforms only, not on which rows share its batch (compaction, sharding).
+    """
+    logp = torch.log_softmax(logits.float() / (1.0 if u is None else temperature), dim=-1)  # (b, V)
+    if u is None:
         tok = logp.argmax(dim=-1)
     else:
-        probs = (_top_p_filter(logp, top_p) if top_p < 1.0 else logp).exp()
-        tok = torch.multinomial(probs, 1).squeeze(1)
+        cdf = torch.cumsum((_top_p_filter(logp, top_p) if top_p < 1.0 else logp).exp(), dim=-1)  # (b, V)
+        tok = torch.searchsorted(cdf, u.unsqueeze(1) * cdf[:, -1:], right=True).squeeze(1).clamp_(max=cdf.shape[1] - 1)
     return tok, logp.gather(1, tok.unsqueeze(1)).squeeze(1)
+
+
+def _after_eos_padded(ids: torch.Tensor, lp: torch.Tensor, eos_id: int, pad_id: int) -> tuple:
+    """Pad ids and zero log-probs after each row's first EOS. (B, T) each."""
+    is_eos = (ids == eos_id).long()
+    after = (is_eos.cumsum(dim=1) - is_eos) > 0  # an EOS strictly earlier
+    return ids.masked_fill(after, pad_id), lp.masked_fill(after, 0.0)
+
+
+class _HFModel:
+    """The transformers forward with a `DynamicCache`, behind the interface of `decode.Decoder`."""
+
+    def __init__(self, model):
+        self.model, self.cache, self.attn = model, DynamicCache(), None
+
+    def prefill(self, ids, mask, pos):
+        self.attn = mask
+        return self.model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=self.cache,
+                          use_cache=True, logits_to_keep=1).logits[:, -1]  # (b, V)
+
+    def step(self, tok, pos, col: int):
+        self.attn = torch.cat([self.attn, torch.ones_like(self.attn[:, :1])], dim=1)  # (b, col + 1)
+        return self.model(input_ids=tok.unsqueeze(1), attention_mask=self.attn, position_ids=pos.unsqueeze(1),
+                          past_key_values=self.cache, use_cache=True).logits[:, -1]
+
+    def keep(self, rows, cols: int):
+        self.cache.batch_select_indices(rows)
+        self.attn = self.attn[rows]
+
+
+def make_engine(model, batch: int, max_len: int, engine: str = "auto"):
+    """The decoder for supported models (engine 'auto' or 'decoder'), else the transformers forward."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine={engine!r} is invalid; allowed: {' | '.join(ENGINES)}")
+    if engine != "hf":
+        from .decode import Decoder, Unsupported
+        try:
+            return Decoder(model, batch, max_len)
+        except Unsupported:
+            if engine == "decoder":
+                raise
+    return _HFModel(model)
 
 
 @torch.inference_mode()
 def sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, max_new_tokens: int, eos_id: int,
-           pad_id: int, temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False) -> tuple:
+           pad_id: int, temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False,
+           engine: str = "auto") -> tuple:
     """prompt_ids/mask (B, P) left-padded -> completion ids (B, T) (pad after EOS), sampling logps (B, T)."""
-    B, dev = prompt_ids.shape[0], prompt_ids.device
+    B, P = prompt_ids.shape
+    u = None if greedy else torch.rand(B, max_new_tokens, device=prompt_ids.device)  # (B, T) uniforms
+    net = make_engine(model, B, P + max_new_tokens, engine)
+    with merged_lora(model) if isinstance(net, _HFModel) else contextlib.nullcontext():  # decoder: LoRA folded
+        ids, lp = _loop(net, prompt_ids, prompt_mask, max_new_tokens, eos_id, pad_id, temperature, top_p, u)
+    return _after_eos_padded(ids, lp, eos_id, pad_id)
+
+
+def _loop(net, prompt_ids, prompt_mask, max_new_tokens: int, eos_id: int, pad_id: int, temperature: float,
+          top_p: float, u) -> tuple:
+    """The decode loop of `sample` on an engine (`Decoder` or `_HFModel`) -> ids, logps (B, T), T <= max_new_tokens.
+
+    Tokens of the rows in the batch go to (b, T) buffers by plain column writes; a row leaving the batch
+    (compaction) is copied out once. Rows keep running past their EOS until compaction (pad is fed in).
+    """
+    (B, P), dev = prompt_ids.shape, prompt_ids.device
     out_ids = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=dev)
     out_lp = torch.zeros(B, max_new_tokens, device=dev)
-    cache = DynamicCache()
-    attn = prompt_mask
-    pos = position_ids(attn)[:, -1:]  # (b, 1)
-    logits = model(input_ids=prompt_ids, attention_mask=attn, position_ids=position_ids(attn),
-                   past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]  # (b, V)
+    cur_ids, cur_lp = out_ids.clone(), out_lp.clone()  # rows still in the batch
+    pos = position_ids(prompt_mask)  # (B, P)
+    logits = net.prefill(prompt_ids, prompt_mask, pos)  # (B, V)
+    pos = pos[:, -1] + 1  # (b,) position of the next token of each row
     rows = torch.arange(B, device=dev)  # original index of each row still in the batch
     done = torch.zeros(B, dtype=torch.bool, device=dev)  # finished rows still in the batch
     T = 0
     for t in range(max_new_tokens):
-        tok, lp = _draw(logits, temperature, top_p, greedy)
-        live = ~done
-        out_ids[rows[live], t] = tok[live]
-        out_lp[rows[live], t] = lp[live]
+        tok, lp = _draw(logits, temperature, top_p, None if u is None else u[:, t])
+        cur_ids[:, t], cur_lp[:, t] = tok, lp
         T = t + 1
         done = done | (tok == eos_id)
-        if bool(done.all()):
+        n_done = int(done.sum())
+        if n_done == len(rows) or T == max_new_tokens:
             break
-        if float(done.float().mean()) >= COMPACT_AT:  # drop finished rows and their cache
-            keep = (~done).nonzero().squeeze(1)
-            cache.batch_select_indices(keep)
-            rows, attn, pos, tok, done = rows[keep], attn[keep], pos[keep], tok[keep], done[keep]
-        tok = torch.where(done, torch.full_like(tok, pad_id), tok)
-        attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
+        if n_done >= COMPACT_AT * len(rows):  # drop finished rows and their cache
+            keep, gone = (~done).nonzero().squeeze(1), done.nonzero().squeeze(1)
+            out_ids[rows[gone]], out_lp[rows[gone]] = cur_ids[gone], cur_lp[gone]
+            net.keep(keep, P + t)
+            rows, pos, tok, done = rows[keep], pos[keep], tok[keep], done[keep]
+            cur_ids, cur_lp, u = cur_ids[keep], cur_lp[keep], None if u is None else u[keep]
+        logits = net.step(tok.masked_fill(done, pad_id), pos, P + t)
         pos = pos + 1
-        logits = model(input_ids=tok.unsqueeze(1), attention_mask=attn, position_ids=pos,
-                       past_key_values=cache, use_cache=True).logits[:, -1]
+    out_ids[rows], out_lp[rows] = cur_ids, cur_lp
     return out_ids[:, :T], out_lp[:, :T]

@@ -1,0 +1,175 @@
+"""A decoder written directly against the Qwen3 / Qwen3-MoE / Qwen2 layers, for sampling.
+
+The transformers forward spends most of a small model's decode step outside the arithmetic: a
+`DynamicCache` that grows by concatenation (O(T^2) copies), one kernel per projection, masks and
+position tensors rebuilt every step. `Decoder` computes with the weights of `decode_weights.read`
+(LoRA folded in, fused projections, norm weights folded into matmuls) and keeps
+  - a preallocated KV cache: keys (n_layers, B, n_kv, d, S), stored transposed so that the score
+    product reads rows of length S, and values (n_layers, B, n_kv, S, d), written in place;
+  - the additive padding mask per KV head, (B n_kv, 1, S), so that one `baddbmm` gives masked scores;
+  - a RoPE table for positions 0..S-1 from the model's own rotary module;
+  - finished rows leave the batch through `keep` (one copy of the used columns).
+Every equation is the model's own: RMSNorm x / sqrt(mean(x^2) + eps) in fp32 (weight in the next
+matmul); q/k head norms (Qwen3); RoPE x cos + rotate_half(x) sin; softmax(q k^T / sqrt(d) + mask) v
+with grouped KV heads; SwiGLU down(silu(gate x) * up x); MoE top-k of softmax(router x) (fp32),
+renormalised if the config says so. In float64 the logits equal the transformers forward's bit for bit
+on the embedded models (tests/test_sampler.py).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .decode_weights import SUPPORTED, Unsupported, read  # noqa: F401  (re-exported)
+
+MOE_DENSE_BELOW = 32
+"""MoE with fewer tokens than this: every expert on every token as two matmuls (routing weights 0 off the
+top-k), cheaper than grouping tokens by expert when the batch is small"""
+
+
+def _normed(x: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
+    """x / sqrt(mean(x^2) + eps) over the last dim, in fp32 (as the model's RMSNorm). `eps` a 0-dim tensor:
+    sum(x*x) * (1/n) + eps in one `add` (no Python scalars, each of which costs a conversion on CPU)."""
+    xf = x if x.dtype == torch.float32 else x.float()
+    r = torch.add(eps, (xf * xf).sum(-1, keepdim=True), alpha=1.0 / x.shape[-1]).rsqrt_()
+    return xf * r if x.dtype == torch.float32 else (xf * r).to(x.dtype)
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
+    """x cos + rotate_half(x) sin, with rotate_half(x) sin = roll(x, d/2) * [-sin_1, sin_2]."""
+    return torch.addcmul(x * cos, torch.roll(x, x.shape[-1] // 2, dims=-1), sin_signed)
+
+
+def _softmax(s: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last dim, in fp32 at least (as the model's attention)."""
+    if s.dtype in (torch.float32, torch.float64):
+        return torch.softmax(s, dim=-1)
+    return torch.softmax(s, dim=-1, dtype=torch.float32).to(s.dtype)
+
+
+def _swiglu(x: torch.Tensor, w_gu: torch.Tensor, w_down: torch.Tensor, out: torch.Tensor | None = None):
+    """[out +] down(silu(gate x) * up x); x (m, H), w_gu (H, 2I), w_down (I, H) -> (m, H)."""
+    h = x @ w_gu  # (m, 2I)
+    n = h.shape[-1] // 2
+    a = F.silu(h[:, :n]).mul_(h[:, n:])  # (m, I)
+    return a @ w_down if out is None else torch.addmm(out, a, w_down)
+
+
+def _moe(x: torch.Tensor, lw: dict, out: torch.Tensor) -> torch.Tensor:
+    """out + top-k routed experts; x, out (m, H) -> (m, H)."""
+    probs = torch.softmax(x @ lw["router"], dim=-1, dtype=torch.float)  # (m, E), fp32 as the model's router
+    w, experts = probs.topk(lw["top_k"], dim=-1)  # (m, k) each
+    if lw["norm_topk"]:
+        w = w / w.sum(dim=-1, keepdim=True)
+    w = w.to(x.dtype)
+    m, (E, I) = x.shape[0], lw["e_down"].shape[:2]
+    if m < MOE_DENSE_BELOW:  # all experts, weight 0 off the top-k: two matmuls
+        gate = torch.zeros(m, E, 1, dtype=x.dtype, device=x.device).scatter_(1, experts.unsqueeze(2), w.unsqueeze(2))
+        h = (x @ lw["all_gu"]).view(m, E, 2 * I)
+        a = F.silu(h[..., :I]).mul_(h[..., I:]).mul_(gate)  # (m, E, I)
+        return torch.addmm(out, a.view(m, E * I), lw["all_down"])
+    flat = experts.reshape(-1)  # (m k,)
+    order = flat.argsort()
+    token = order // lw["top_k"]  # token of each (token, expert) pair, grouped by expert
+    xs, parts, s = x[token], [], 0
+    for e, c in enumerate(torch.bincount(flat, minlength=E).tolist()):
+        if c:
+            parts.append(_swiglu(xs[s:s + c], lw["e_gu"][e], lw["e_down"][e]))
+            s += c
+    return out.index_add(0, token, torch.cat(parts) * w.reshape(-1)[order].unsqueeze(1))
+
+
+def _mlp(h: torch.Tensor, x: torch.Tensor, lw: dict) -> torch.Tensor:
+    return _swiglu(h, lw["w_gu"], lw["w_down"], out=x) if "w_gu" in lw else _moe(h, lw, x)
+
+
+class Decoder:
+    """A supported causal LM's weights and a KV cache for `batch` rows of `max_len` positions.
+
+    Rows live in the first `b` slots of the cache; `keep` moves the rows that go on to the front.
+    Column c of the cache holds position c of the left-padded sequence (prompt columns 0..P-1, then
+    one column per new token), so every row writes the same column at each step.
+    """
+
+    def __init__(self, model, batch: int, max_len: int):
+        w = read(model, max_len)
+        self.embed, self.head, self.layers = w["embed"], w["head"], w["layers"]
+        self.cos, self.sin, self.d, self.n_q, self.n_kv = w["cos"], w["sin"], w["d"], w["n_q"], w["n_kv"]
+        dev, dtype = self.embed.device, self.embed.dtype
+        self.eps = torch.tensor(w["eps"], dtype=torch.promote_types(dtype, torch.float32), device=dev)
+        self.qk_eps = [None if lw["qk_eps"] is None else torch.tensor(lw["qk_eps"], dtype=self.eps.dtype, device=dev)
+                       for lw in self.layers]
+        shape = (len(self.layers), batch, self.n_kv)
+        self.k = torch.zeros(*shape, self.d, max_len, dtype=dtype, device=dev)  # keys stored transposed
+        self.v = torch.zeros(*shape, max_len, self.d, dtype=dtype, device=dev)
+        self.bias = torch.zeros(batch * self.n_kv, 1, max_len, dtype=dtype, device=dev)  # -inf on left padding
+
+    def prefill(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """Left-padded prompts (b, P) -> next-token logits (b, V); fills cache columns 0..P-1."""
+        b, P = ids.shape
+        pad = torch.zeros(b, P, dtype=self.bias.dtype, device=ids.device).masked_fill_(mask == 0, float("-inf"))
+        self.bias[:b * self.n_kv].zero_()
+        self.bias[:b * self.n_kv, 0, :P] = pad.repeat_interleave(self.n_kv, dim=0)
+        causal = torch.ones(P, P, dtype=torch.bool, device=ids.device).triu(1)  # key j > query i
+        m = pad.unsqueeze(1).masked_fill(causal, float("-inf"))  # (b, P, P)
+        m.diagonal(dim1=1, dim2=2).zero_()  # a padding query sees itself: no all -inf row
+        cos, sin = self.cos[pos].unsqueeze(2), self.sin[pos].unsqueeze(2)  # (b, P, 1, d)
+        x = F.embedding(ids.reshape(-1), self.embed)  # (b P, H), the residual stream
+        for i, lw in enumerate(self.layers):
+            x = self._prefill_attention(_normed(x, self.eps), x, i, lw, (cos, sin), m)
+            x = _mlp(_normed(x, self.eps), x, lw)
+        return _normed(x.view(b, P, -1)[:, -1], self.eps) @ self.head  # (b, V)
+
+    def _prefill_attention(self, h, x, i: int, lw: dict, rope, mask) -> torch.Tensor:
+        """x + attention(h) over the prompt; h, x (b P, H), mask (b, P, P) additive."""
+        b, P = mask.shape[:2]
+        nq, nkv, d, r = self.n_q, self.n_kv, self.d, self.n_q // self.n_kv
+        q, k, v = self._qkv(h, i, lw, rope[0], rope[1], (b, P))
+        self.k[i, :b, :, :, :P] = k.permute(0, 2, 3, 1)  # (b, nkv, d, P)
+        self.v[i, :b, :, :P] = v.transpose(1, 2)  # (b, nkv, P, d)
+        q = q.reshape(b, P, nkv, r, d).permute(0, 2, 3, 1, 4).reshape(b, nkv, r * P, d)  # heads of a KV head together
+        s = (q @ self.k[i, :b, :, :, :P]).view(b, nkv, r, P, P) + mask.view(b, 1, 1, P, P)  # scale folded into q
+        o = _softmax(s).view(b, nkv, r * P, P) @ self.v[i, :b, :, :P]  # (b, nkv, r P, d)
+        o = o.view(b, nkv, r, P, d).permute(0, 3, 1, 2, 4).reshape(b * P, nq * d)
+        return self._out(x, o, lw)
+
+    def _qkv(self, h, i: int, lw: dict, cos, sin, bn: tuple) -> tuple:
+        """Projections, head norms and RoPE: h (b n, H) -> q (b, n, nq, d), k, v (b, n, nkv, d)."""
+        nq, nkv, d = self.n_q, self.n_kv, self.d
+        qkv = h @ lw["w_qkv"] if lw["b_qkv"] is None else torch.addmm(lw["b_qkv"], h, lw["w_qkv"])
+        qkv = qkv.view(*bn, nq + 2 * nkv, d)
+        qk = qkv[..., :nq + nkv, :]  # (b, n, nq + nkv, d)
+        if lw["qk_norm"] is not None:
+            qk = _normed(qk, self.qk_eps[i]) * lw["qk_norm"]
+        qk = _rope(qk, cos, sin)
+        return qk[..., :nq, :], qk[..., nq:, :], qkv[..., nq + nkv:, :]
+
+    def _out(self, x, o, lw: dict) -> torch.Tensor:
+        x = torch.addmm(x, o, lw["w_o"])  # residual + o_proj
+        return x if lw["b_o"] is None else x + lw["b_o"]
+
+    def step(self, tok: torch.Tensor, pos: torch.Tensor, col: int) -> torch.Tensor:
+        """Tokens (b,) at positions pos (b,), written to cache column col -> next-token logits (b, V)."""
+        b, end = tok.shape[0], col + 1
+        nq, nkv, d, r = self.n_q, self.n_kv, self.d, self.n_q // self.n_kv
+        cos, sin = F.embedding(pos, self.cos).unsqueeze(1), F.embedding(pos, self.sin).unsqueeze(1)  # (b, 1, d)
+        bias = self.bias[:b * nkv, :, :end]  # (b nkv, 1, end)
+        x = F.embedding(tok, self.embed)  # (b, H)
+        for i, lw in enumerate(self.layers):
+            q, k, v = self._qkv(_normed(x, self.eps), i, lw, cos, sin, (b,))  # (b, heads, d)
+            self.k[i, :b, :, :, col] = k
+            self.v[i, :b, :, col] = v
+            keys = self.k[i, :b, :, :, :end].view(b * nkv, d, end)
+            s = torch.baddbmm(bias, q.reshape(b * nkv, r, d), keys)  # (b nkv, r, end); scale folded into q
+            o = torch.bmm(_softmax(s), self.v[i, :b, :, :end].view(b * nkv, end, d))  # (b nkv, r, d)
+            x = self._out(x, o.view(b, nq * d), lw)
+            x = _mlp(_normed(x, self.eps), x, lw)
+        return _normed(x, self.eps) @ self.head  # (b, V)
+
+    def keep(self, rows: torch.Tensor, cols: int) -> None:
+        """Keep cache rows `rows` (index tensor) as the new first len(rows) rows; only columns < cols are used."""
+        n, nkv = rows.shape[0], self.n_kv
+        self.k[:, :n, :, :, :cols] = self.k[:, rows, :, :, :cols]
+        self.v[:, :n, :, :cols] = self.v[:, rows, :, :cols]
+        bias = self.bias.view(-1, nkv, *self.bias.shape[1:])  # (B, nkv, 1, S)
+        bias[:n] = bias[rows]
