@@ -11,9 +11,9 @@ The process settings (passive OpenMP waiting, torch threads) are made here, befo
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
+from gpolib import jsonio
 from gpolib.runtime import setup_threads
 
 
@@ -34,7 +34,7 @@ def cmd_pretrain(args) -> int:
     overrides = {k: v for k, v in (("steps", args.steps), ("batch_size", args.batch_size)) if v is not None}
     cfg = PretrainConfig(arch=args.arch, seed=args.seed, out=args.out, **overrides)
     losses = pretrain(cfg)
-    print(json.dumps({"out": cfg.out, "steps": len(losses), "final_loss": losses[-1]}))
+    print(jsonio.dumps({"out": cfg.out, "steps": len(losses), "final_loss": losses[-1]}))
     return 0
 
 
@@ -99,7 +99,7 @@ def cmd_train(args) -> int:
         metrics = train(cfg, args.out)
     except (RunMismatchError, FileNotFoundError) as err:  # --out holds another run; a model or task path is wrong
         return input_error(err)
-    print(json.dumps({"out": args.out, "steps": len(metrics), "last": metrics[-1] if metrics else None}))
+    print(jsonio.dumps({"out": args.out, "steps": len(metrics), "last": metrics[-1] if metrics else None}))
     return 0
 
 

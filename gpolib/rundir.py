@@ -116,7 +116,7 @@ class RunDir:
         local = meta.get("base_model_name_or_path")
         if local and local != self.cfg.model:
             meta["base_model_name_or_path"] = self.cfg.model
-            _atomic_write(cfg_file, (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode())
+            _atomic_write(cfg_file, (jsonio.dumps(meta, indent=2, sort_keys=True) + "\n").encode())
             readme = out / "README.md"
             if readme.exists():
                 readme.write_text(readme.read_text().replace(local, self.cfg.model))

@@ -49,3 +49,20 @@ def test_write_and_lines(tmp_path):
     assert sorted(q.name for q in tmp_path.iterdir()) == ["s.json"]  # no temporary file left
     lines = jsonio.dumps_lines([{"a": 1.0}, {"a": math.inf}]).splitlines()
     assert [jsonio.loads(line) for line in lines] == [{"a": 1.0}, {"a": None, "a_why": "was +Infinity"}]
+
+
+def test_committed_json_is_strict():
+    """Every JSON file the project has written and committed (runs, summaries, claims, benchmark results,
+    model metadata) parses without NaN/Infinity."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run(["git", "ls-files", "-z", "reports", "benchmarks", "data"], cwd=root, capture_output=True,
+                         check=True).stdout.decode().split("\0")
+    files = [root / p for p in out if p.endswith((".json", ".jsonl")) and (root / p).exists()]
+    assert files
+    for f in files:
+        lines = f.read_text().splitlines() if f.suffix == ".jsonl" else [f.read_text()]
+        for line in filter(str.strip, lines):
+            jsonio.loads(line)  # raises naming the token

@@ -8,6 +8,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from .. import jsonio
 from ..runtime import setup_threads
 from .common import MODEL, environment, like_for_like_loss_check, matmul_peak_gflops
 from .trl_side import random_qwen_05b, run_ab, run_side, side_in_subprocess, trl_mapping
@@ -107,5 +108,5 @@ def _main_both(args, model: str) -> int:
         results["runs"].append(r)
     print("\nRESULTS_JSON " + json.dumps(results))
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
+        jsonio.write(args.json, results)  # strict JSON: a NaN timing is null with its reason
     return 0
