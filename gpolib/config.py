@@ -162,7 +162,11 @@ class TrainConfig:
     eval_prompts: int = 128
     """held-out prompts per evaluation."""
     eval_samples: int = 4
-    """samples per held-out prompt at T = temperature (plus one greedy)."""
+    """samples per held-out prompt at T = 1 (plus one greedy)."""
+    eval_seed: int = 12345
+    """torch seed of the held-out evaluation's sampling, the same for every arm and every training seed
+    (common random numbers: arms compared on one seed differ by their policies, not by evaluation noise).
+    The default equals the former `seed + 12345` at seed 0, so runs of seed 0 evaluate as before."""
     checkpoint_every: int = 10
     """checkpoint every N steps (LoRA adapter, optimiser, RNG, metrics)."""
     report_to: str = "none"

@@ -31,6 +31,9 @@ from .tasks import render_prompt
 from .update import update
 from . import value_loop
 
+EVAL_TEMPERATURE = 1.0
+"""held-out accuracy is sampled at T = 1 (the policy itself), whatever the rollout temperature (DESIGN, evidence)"""
+
 
 class Trainer:
     """Model, optimiser, data and the phases of a step: collect (`collect.py`), update (`update.py`), evaluate."""
@@ -73,9 +76,13 @@ class Trainer:
         return update(self, batch, step)
 
     def evaluate(self, step: int) -> dict:
-        """Held-out accuracy at T (eval_samples per prompt) and greedy, mean length, truncation share."""
-        torch.manual_seed(self.cfg.seed + 12345)  # the same sampling noise at every evaluation
-        ro = self.rollout(self.eval_tasks, self.cfg.eval_samples)
+        """Held-out accuracy at T = 1, top-p 1 (eval_samples per prompt) and greedy, mean length, truncation share.
+
+        The sampling seed is `eval_seed`, shared by every arm and training seed and every evaluation of a run
+        (common random numbers), never the training seed; the 'vllm' engine samples with its own generator.
+        """
+        torch.manual_seed(self.cfg.eval_seed)
+        ro = self.rollout(self.eval_tasks, self.cfg.eval_samples, temperature=EVAL_TEMPERATURE, top_p=1.0)
         correct, _ = self.score(ro, self.eval_tasks)
         greedy = self.rollout(self.eval_tasks, 1, greedy=True)
         g_correct, _ = self.score(greedy, self.eval_tasks)
@@ -87,7 +94,9 @@ class Trainer:
         rng = random.Random(f"{self.cfg.seed}-{step}-{round_}")
         return rng.sample(self.train_tasks, self.cfg.prompts_per_step)
 
-    def rollout(self, tasks: list, group_size: int, greedy: bool = False) -> Rollout:
+    def rollout(self, tasks: list, group_size: int, greedy: bool = False, temperature: float | None = None,
+                top_p: float | None = None) -> Rollout:
+        """Sample `group_size` responses per task at the run's temperature and top-p unless given."""
         c = self.cfg
         self.model.eval()
         with cpu_threads(c.rollout_threads if self.device == "cpu" else 0), autocast(c.rollout_autocast, self.device):
@@ -95,7 +104,8 @@ class Trainer:
             if self.engine is not None:  # the engine samples from the adapter of this optimizer step
                 self.engine.sync(self.model, self.sched.last_epoch)
             return generate(self.model, self.tok, prompts, group_size, c.max_new_tokens,
-                            c.temperature, c.top_p, c.backend, greedy=greedy, engine=self.engine)
+                            c.temperature if temperature is None else temperature, c.top_p if top_p is None else top_p,
+                            c.backend, greedy=greedy, engine=self.engine)
 
     def score(self, ro: Rollout, tasks: list) -> tuple:
         """Correctness (B,) and shaped reward (B,) of a rollout."""

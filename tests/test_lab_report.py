@@ -4,39 +4,51 @@ import json
 import numpy as np
 import pytest
 
-from gpolib.lab import report
+from gpolib.lab import gfpo, grpo, report, stats
 from gpolib.lab.report import NOT, NOT_RUN, PARTLY, REPRODUCED
+
+LEN = [10.0, 20.0, 30.0, 40.0, 50.0, 60.0]  # S1: mean length of six buckets
 
 # A passing evidence dict per claim; CASES below perturb one number at a time.
 GOOD = {
-    "G1": {"acc_before": 0.30, "acc_after": 0.36},
+    # training claims: three seeds, paired by position (rules of evidence, gpolib/lab/stats.py)
+    "G1": {"acc_before": [0.30, 0.30, 0.30], "acc_after": [0.36, 0.37, 0.35], "greedy_before": [0.3, 0.3, 0.3],
+           "greedy_after": [0.4, 0.4, 0.4]},
     "G2": {"k3_min": 0.0, "k3_rel_err": 0.01, "k3_var": 0.2, "k1_var": 1.0},
-    "S1": {"slope": 0.02, "r2": 0.9, "seq_spread_slope": 0.001},
+    "S1": {"bucket_len": LEN, "var_log_prod_rho": [0.01, 0.03, 0.02, 0.05, 0.04, 0.06], "var_log_s": [0.01] * 6,
+           "bucket_n": [60] * 6},
     "D1": {"entropy_high": [1.2, 1.1, 0.9], "entropy_base": [1.0, 1.0, 1.0], "pi_old_upclipped": 0.15},
     "D2": {"all_correct_first": 0.10, "all_correct_last": 0.25, "zero_var_groups_ds": 0, "gen_batches_per_step": 1.6},
     "D3": {"weight_ratio_seq_mean": 10.0, "weight_ratio_token_mean": 1.0},
     "D4": {"eq13_exact": True, "trunc_with_shaping": 0.02, "trunc_without_shaping": 0.08},
     "D5": {"ladder": {"grpo": [0.30, 0.32], "+clip": [0.35, 0.35], "+ds": [0.40, 0.42]}},
     "P1": {"seq_ratio_err": 1e-8, "token_eq_err_value": 0.0, "token_eq_err_grad": 1e-7, "one_token_err": 0.0},
-    "P2": {"clip_gspo": [0.15, 0.17], "clip_grpo": [0.002, 0.003], "reward_gspo": [0.50, 0.52],
-           "reward_grpo": [0.51, 0.53]},
+    "P2": {"clip_gspo": [0.15, 0.16, 0.17], "clip_grpo": [0.002, 0.003, 0.002], "acc_gspo": [0.50, 0.51, 0.52],
+           "acc_grpo": [0.51, 0.51, 0.51], "reward_gspo": [0.5] * 3, "reward_grpo": [0.5] * 3},
     "P3": {"route_change_per_layer": [0.08, 0.12], "ratio_spread_moe": 0.3, "ratio_spread_dense": 0.1},
     "P4": {"reward_gspo": [0.5, 0.6], "reward_grpo_no_replay": [0.3, 0.4], "reward_grpo_replay": [0.5, 0.5]},
     "P5": {"reward_engine": [0.50, 0.54], "reward_recompute": [0.51, 0.53], "seq_mismatch": 0.01,
            "token_mismatch": 0.05},
-    "F1": {"len_grpo": 100.0, "len_gfpo": 60.0, "acc_grpo": 0.50, "acc_gfpo": 0.48},
-    "F2": {"reduction_k4_g16": 0.45, "reduction_k6_g8": 0.20},
+    "F1": {"len_base": [80.0] * 3, "len_grpo": [100.0, 101.0, 99.0], "len_gfpo": [60.0, 62.0, 61.0],
+           "acc_grpo": [0.5] * 3, "acc_gfpo": [0.49, 0.50, 0.51]},
+    "F2": {"len_base": [80.0] * 3, "len_grpo": [100.0, 101.0, 99.0], "reduction_k4_g16": [0.45, 0.44, 0.46],
+           "reduction_k6_g8": [0.20, 0.21, 0.19]},
     "R1": {"adv_err": 0.0, "weight_err": 1e-9},
-    "R2": {"growth_grpo": [30.0, 20.0, 5.0], "growth_dr": [10.0, 5.0, 8.0]},
+    "R2": {"growth_grpo": [30.0, 20.0, 25.0], "growth_dr": [10.0, 5.0, 8.0]},
     "V1": {"mem_ppo": 2.0, "mem_grpo": 1.0, "time_ppo": 1.5, "time_grpo": 1.0},
     "V2": {"acc_vapo": [0.6, 0.6, 0.6], "acc_dapo": [0.5, 0.55, 0.6], "acc_grpo": [0.4, 0.4, 0.4]},
 }
 
 CASES = [  # (claim, changed evidence, expected verdict)
-    ("G1", {"acc_after": 0.349}, PARTLY), ("G1", {"acc_after": 0.30}, NOT), ("G1", {"acc_after": 0.35}, REPRODUCED),
+    ("G1", {"acc_after": [0.34, 0.35, 0.33]}, PARTLY),  # interval above 0, mean 4 points < 5
+    ("G1", {"acc_after": [0.30, 0.29, 0.30]}, NOT),
+    ("G1", {"acc_before": [0.3, 0.3], "acc_after": [0.36, 0.37]}, PARTLY),  # < 3 seeds
     ("G2", {"k3_rel_err": 0.021}, PARTLY), ("G2", {"k3_min": -1e-9, "k3_rel_err": 0.5}, NOT),
-    ("S1", {"r2": 0.49}, PARTLY), ("S1", {"seq_spread_slope": 0.0021}, PARTLY), ("S1", {"slope": -0.01}, NOT),
-    ("S1", {"seq_spread_slope": 0.002}, REPRODUCED),
+    ("S1", {"var_log_prod_rho": [0.02, 0.01, 0.03, 0.01, 0.03, 0.02]}, NOT),  # R^2 0.06: interval includes 0
+    ("S1", {"var_log_s": [0.01, 0.02, 0.03, 0.04, 0.05, 0.06]}, PARTLY),  # the spread of log s_i grows too
+    ("S1", {"bucket_n": [60, 60, 49, 60, 60, 60]}, PARTLY),
+    ("S1", {"bucket_len": LEN[:5], "var_log_prod_rho": [0.01, 0.02, 0.03, 0.04, 0.051], "var_log_s": [0.01] * 5,
+            "bucket_n": [60] * 5}, PARTLY),  # 5 buckets
     ("D1", {"entropy_high": [1.2, 0.9, 0.9]}, PARTLY), ("D1", {"entropy_high": [0.9, 0.9, 0.9]}, NOT),
     ("D1", {"entropy_high": [1.2, 1.1], "entropy_base": [1.0, 1.0]}, PARTLY),  # < 3 seeds
     ("D2", {"all_correct_last": 0.199}, PARTLY), ("D2", {"all_correct_last": 0.2, "zero_var_groups_ds": 1}, PARTLY),
@@ -45,19 +57,26 @@ CASES = [  # (claim, changed evidence, expected verdict)
     ("D4", {"trunc_with_shaping": 0.08}, NOT), ("D4", {"eq13_exact": False}, NOT),
     ("D5", {"ladder": {"a": [0.3], "b": [0.28], "c": [0.4]}}, PARTLY), ("D5", {"ladder": {"a": [0.3], "b": [0.2]}}, NOT),
     ("P1", {"token_eq_err_grad": 2e-6}, NOT),
-    ("P2", {"clip_gspo": [0.02, 0.02]}, PARTLY), ("P2", {"reward_gspo": [0.30, 0.31]}, PARTLY),
-    ("P2", {"clip_gspo": [0.002, 0.003], "reward_gspo": [0.1, 0.1]}, NOT),
+    ("P2", {"clip_gspo": [0.15, 0.02, 0.17]}, NOT),  # ratio 6.7 in one seed
+    ("P2", {"acc_gspo": [0.46, 0.49, 0.50]}, PARTLY),  # mean -0.027 >= -0.03, lower end below
+    ("P2", {"acc_gspo": [0.40, 0.41, 0.42]}, NOT),
+    ("P2", {k: v[:2] for k, v in GOOD["P2"].items()}, PARTLY),  # < 3 seeds
     ("P3", {"route_change_per_layer": [0.005, 0.12]}, PARTLY),
     ("P3", {"route_change_per_layer": [0.005, 0.009], "ratio_spread_moe": 0.05}, NOT),
     ("P4", {"reward_gspo": [0.3, 0.38]}, PARTLY), ("P4", {"reward_gspo": [0.0, 0.01]}, NOT),
     ("P5", {"seq_mismatch": 0.06}, PARTLY), ("P5", {"reward_engine": [0.2, 0.21]}, PARTLY),
     ("P5", {"reward_engine": [0.2, 0.21], "seq_mismatch": 0.06}, NOT),
-    ("F1", {"len_gfpo": 71.0}, PARTLY), ("F1", {"acc_gfpo": 0.46}, PARTLY), ("F1", {"len_gfpo": 101.0}, NOT),
-    ("F1", {"len_gfpo": 70.0, "acc_gfpo": 0.47}, REPRODUCED), ("D2", {"all_correct_last": 0.2}, REPRODUCED),
+    ("F1", {"len_gfpo": [80.0, 82.0, 81.0]}, PARTLY),  # cut ~19%: >= 10% beyond its interval, < 30%
+    ("F1", {"len_gfpo": [99.0, 100.0, 98.0]}, NOT),  # cut 1%
+    ("F1", {"acc_gfpo": [0.40, 0.41, 0.42]}, NOT),  # accuracy worse
+    ("F1", {"len_grpo": [85.0, 86.0, 84.0]}, NOT),  # premise: GRPO lengthens answers by 6% < 10%
+    ("D2", {"all_correct_last": 0.2}, REPRODUCED),
     ("G2", {"k3_rel_err": 0.02}, REPRODUCED),
-    ("F2", {"reduction_k4_g16": 0.20}, NOT),
+    ("F2", {"reduction_k4_g16": [0.20, 0.20, 0.20]}, NOT), ("F2", {"len_grpo": [81.0, 82.0, 83.0]}, NOT),
     ("R1", {"adv_err": 1e-5}, NOT),
-    ("R2", {"growth_dr": [10.0, 25.0, 8.0]}, PARTLY), ("R2", {"growth_dr": [40.0, 25.0, 8.0]}, NOT),
+    ("R2", {"growth_dr": [10.0, 25.0, 8.0]}, PARTLY),  # GRPO grows; more than Dr. GRPO only on the mean
+    ("R2", {"growth_dr": [40.0, 25.0, 38.0]}, PARTLY),  # only one half holds
+    ("R2", {"growth_grpo": [-0.75, -5.28, -1.41], "growth_dr": [-4.46, -5.75, -0.09]}, NOT),  # GRPO shrinks them
     ("V1", {"mem_grpo": 2.5}, PARTLY), ("V1", {"mem_grpo": 2.5, "time_grpo": 1.5}, NOT),
     ("V2", {"acc_vapo": [0.5, 0.5, 0.5]}, PARTLY), ("V2", {"acc_vapo": [0.3, 0.3, 0.3]}, NOT),
     ("V2", {"acc_vapo": [0.6, 0.6], "acc_dapo": [0.5, 0.5], "acc_grpo": [0.4, 0.4]}, PARTLY),  # < 3 seeds
@@ -74,28 +93,30 @@ def test_every_design_claim_is_registered():
 
 @pytest.mark.parametrize("cid", list(GOOD))
 def test_good_evidence_is_reproduced(cid):
-    verdict, ours = report.judge(cid, GOOD[cid])
-    assert verdict == REPRODUCED and ours
+    v = report.judge(cid, GOOD[cid])
+    assert v.word == REPRODUCED and v.text and v.criterion == report.CLAIMS[cid].criterion
 
 
 @pytest.mark.parametrize("cid,change,expected", CASES)
 def test_threshold(cid, change, expected):
-    assert report.judge(cid, {**GOOD[cid], **change})[0] == expected
+    assert report.judge(cid, {**GOOD[cid], **change}).word == expected
 
 
 def test_unknown_id_and_missing_keys_rejected(tmp_path):
     with pytest.raises(ValueError, match="unknown claim id 'Z9'"):
         report.record("Z9", {}, [], "smoke", root=tmp_path)
-    with pytest.raises(ValueError, match="G1: evidence is missing acc_after"):
-        report.record("G1", {"acc_before": 0.1}, [], "smoke", root=tmp_path)
+    with pytest.raises(ValueError, match="G1: evidence is missing acc_after, greedy_before, greedy_after"):
+        report.record("G1", {"acc_before": [0.1]}, [], "smoke", root=tmp_path)
 
 
 def test_record_then_build(tmp_path, capsys):
-    ev = {"acc_before": np.float32(0.25), "acc_after": np.array(0.5)}
+    ev = {**GOOD["G1"], "acc_before": np.full(3, 0.25, dtype=np.float32), "acc_after": np.array([0.5, 0.5, 0.5])}
     runs = [tmp_path / "reports/runs/01_grpo/grpo_s0", "reports/runs/01_grpo/grpo_s1"]
     rec = report.record("G1", ev, runs, "full", root=tmp_path)
-    assert "G1 [full]: REPRODUCED" in capsys.readouterr().out
-    assert rec["evidence"] == {"acc_before": 0.25, "acc_after": 0.5}
+    out = capsys.readouterr().out
+    assert "G1 [full]: REPRODUCED — " in out and f"\n  criterion: {grpo.G1_RULE.criterion}" in out
+    assert rec["evidence"]["acc_before"] == [0.25] * 3 and rec["criterion"] == grpo.G1_RULE.criterion
+    assert rec["judgement"]["interval"] == [pytest.approx(0.25), pytest.approx(0.25)] and rec["judgement"]["n"] == 3
     assert json.loads((tmp_path / "reports/claims/G1.json").read_text())["verdict"] == REPRODUCED
     assert report.build("full", root=tmp_path) == ["claims.json", "claims.md"]
     assert report.build("full", root=tmp_path) == []  # same content: nothing rewritten
@@ -116,3 +137,20 @@ def test_smoke_is_kept_apart(tmp_path):
     assert not (tmp_path / "reports/claims.json").exists()
     assert "not a replication" in (tmp_path / "reports/smoke/claims.md").read_text()
     assert "| F2 |" in report.scoreboard_markdown("smoke", root=tmp_path)
+
+
+def test_training_criteria_come_from_their_rules():
+    assert report.CLAIMS["F1"].criterion == gfpo.F1_RULE.criterion
+    assert "premise: GRPO's held-out length" in report.CLAIMS["F1"].criterion
+    assert report.CLAIMS["G2"].criterion.startswith("on a small vocab")  # an exact check keeps claims.yaml's
+
+
+def test_smoke_records_no_verdict_and_nan_gets_its_reason(tmp_path, capsys):
+    ev = {**GOOD["F1"], "elr": {"gfpo-k8-g16-short": [float("nan"), 0.5, 0.4]}}
+    rec = report.record("F1", ev, [], "smoke", root=tmp_path, why={"elr": gfpo.ELR_WHY})
+    assert capsys.readouterr().out.startswith("F1 [smoke]: smoke: no verdict — ")
+    assert rec["verdict"] == stats.SMOKE and rec["criterion"] == gfpo.F1_RULE.criterion
+    assert rec["evidence"]["elr"] == {"gfpo-k8-g16-short": [None, 0.5, 0.4],
+                                      "gfpo-k8-g16-short_why": f"null at [0]: {gfpo.ELR_WHY}"}
+    text = (tmp_path / "reports/smoke/claims/F1.json").read_text()
+    assert "NaN" not in text.replace(gfpo.ELR_WHY, "")

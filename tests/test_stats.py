@@ -83,7 +83,7 @@ def test_greater_reproduced_and_g1_threshold():
     # 0.03, 0.04, 0.05: interval [0.0152, 0.0648] excludes 0 but the mean 0.04 < 5 points -> partly
     assert g1.judge([0.53, 0.54, 0.55], [0.5, 0.5, 0.5]).word == PARTLY
     assert stats.Greater("x").judge([0.49, 0.50, 0.48], [0.5, 0.5, 0.5]).word == NOT  # wrong sign
-    assert "mean >= 0.05" in g1.criterion and "mean >= 0.05" not in stats.Greater("x").criterion
+    assert "mean >= +0.050" in g1.criterion and "mean >=" not in stats.Greater("x").criterion
 
 
 def test_growth_negative_like_r2_is_not_reproduced():
@@ -230,3 +230,11 @@ def test_smoke_prints_no_verdict_with_the_criterion():
     assert s.word == SMOKE and s.line().startswith("smoke: no verdict — ")
     assert s.criterion == rule.criterion and "criterion: " + rule.criterion in s.show()
     assert stats.for_profile(v, "full") is v and v.line().startswith("REPRODUCED — ")
+
+
+def test_missing_values_are_named_not_skipped():
+    v = stats.growth("growth").judge([1.0, None, float("nan")])
+    assert v.word == NOT and "no value at position(s) [1, 2]" in v.text and v.criterion
+    assert stats.NotWorse("acc").judge([0.5, 0.5, 0.5], [0.5, float("inf"), 0.5]).word == NOT
+    assert stats.AtLeast("premise", 0.1).judge(None).word == NOT
+    assert stats.Slope("slope").judge([1, 2, 3], [1.0, None, 2.0]).word == NOT

@@ -3,7 +3,7 @@
 - question-level difficulty bias: the group std in the advantage, `advantage_check`;
 - response-level length bias: the 1/|o_i| normaliser, `token_weights` / `weight_check`;
 - incorrect answers growing longer during training (Sec. 3.2), `ARMS`, `growth` / `growth_table`;
-- R1 and R2: `verdict_r1`, `verdict_r2`.
+- R1 (exact) and R2 (`R2_RULE`: GRPO's growth > 0, and > Dr. GRPO's paired by seed): `verdict_r1`, `verdict_r2`.
 Derivations live in notebook 06; docstrings name the formula they compute.
 """
 from __future__ import annotations
@@ -15,8 +15,9 @@ import torch
 
 from ..config import LossConfig
 from ..objectives import ADV_EPS, group_advantages, policy_loss
+from . import stats
 from .runs import mean_over, window
-from .verdicts import EXACT_TOL, NOT, REPRODUCED, Verdict, majority, seeds_text, wins
+from .verdicts import EXACT_TOL, NOT, REPRODUCED, Verdict
 
 ARMS = {"grpo": {"preset": "grpo"}, "dr_grpo": {"preset": "dr_grpo"}}
 """Sec. 3.2: GRPO against Dr. GRPO, everything else shared"""
@@ -119,10 +120,17 @@ def verdict_r1(e: dict) -> Verdict:
     return (REPRODUCED if worst <= EXACT_TOL else NOT), f"largest error vs hand-computed advantages/weights {worst:.1e}"
 
 
-def verdict_r2(e: dict) -> Verdict:
-    n_wins = wins(e["growth_grpo"], e["growth_dr"])
-    return majority(n_wins, len(e["growth_grpo"])), (f"incorrect-length growth GRPO {seeds_text(e['growth_grpo'])} vs "
-                                                      f"Dr. GRPO {seeds_text(e['growth_dr'])}; larger in {n_wins} seeds")
+R2_GROWS = stats.growth("incorrect-answer length growth under GRPO (tokens, last - first 20% of steps)", fmt="+.2f")
+R2_MORE = stats.Greater("incorrect-answer length growth, GRPO - Dr. GRPO (tokens)", fmt="+.2f")
+R2_RULE = stats.AllOf(parts=(R2_GROWS, R2_MORE), mode=stats.HALVES)
+"""R2: incorrect answers grow longer under GRPO, and more than under Dr. GRPO; partly if only one half holds"""
+RULES = {"R2": R2_RULE}
+"""claim id -> the rule that judges it and writes its criterion"""
+
+
+def verdict_r2(e: dict) -> stats.Verdict:
+    """R2: `R2_RULE` on GRPO's per-seed growth (one-sample) and the paired difference with Dr. GRPO."""
+    return R2_RULE.judge([R2_GROWS.judge(e["growth_grpo"]), R2_MORE.judge(e["growth_grpo"], e["growth_dr"])])
 
 
 VERDICTS = {"R1": verdict_r1, "R2": verdict_r2}

@@ -2,7 +2,8 @@
 
 - group-relative advantages of a real batch (Eq. 3), `advantage_table`;
 - the k3 KL estimator against the exact KL on a small vocabulary (Eq. 4), `kl_samples`, `kl_check`;
-- G1 (held-out accuracy rises) and G2 (k3 unbiased and >= 0): `verdict_g1`, `verdict_g2`.
+- G1 (held-out accuracy rises, paired by seed against the base, `stats.Greater`) and G2 (k3 unbiased and
+  >= 0): `g1_evidence`, `verdict_g1`, `verdict_g2`.
 """
 from __future__ import annotations
 
@@ -11,7 +12,13 @@ import pandas as pd
 import torch
 
 from ..objectives import group_advantages, k1_kl, k3_kl
-from .verdicts import PARTLY, NOT, REPRODUCED, Verdict, at_least, grade
+from . import stats
+from .verdicts import Verdict, at_least, grade
+
+G1_RULE = stats.Greater("held-out accuracy (T = 1), GRPO - base", at_least=0.05)
+"""G1: the accuracy of each seed's run after training minus the base's, >= 5 points (DESIGN, claims)"""
+RULES = {"G1": G1_RULE}
+"""claim id -> the rule that judges it and writes its criterion"""
 
 
 def advantage_table(rewards: torch.Tensor, group_size: int) -> pd.DataFrame:
@@ -55,10 +62,20 @@ def kl_check(vocab: int = 12, n: int = 100_000, seed: int = 0, scale: float = 0.
 
 # ---------------------------------------------------------------- verdicts
 
-def verdict_g1(e: dict) -> Verdict:
-    gain = e["acc_after"] - e["acc_before"]
-    v = REPRODUCED if at_least(gain, 0.05) else PARTLY if gain > 0 else NOT
-    return v, f"held-out acc {e['acc_before']:.3f} -> {e['acc_after']:.3f} ({100 * gain:+.1f} pts)"
+def g1_evidence(summaries: dict) -> dict:
+    """G1 evidence, one value per run (seed) in `summaries` order: held-out accuracy at T = 1 and greedy,
+    of the base (`eval_start`) and after GRPO (`eval_end`)."""
+    runs = list(summaries.values())
+    return {f"{name}_{when}": [s[f"eval_{at}"][key] for s in runs]
+            for name, key in (("acc", "acc/sample"), ("greedy", "acc/greedy"))
+            for when, at in (("before", "start"), ("after", "end"))}
+
+
+def verdict_g1(e: dict) -> stats.Verdict:
+    """G1: `G1_RULE` on acc_after - acc_before per seed; greedy accuracy reported beside it."""
+    m = {k: stats.seed_mean(e[k]) for k in ("acc_before", "acc_after", "greedy_before", "greedy_after")}
+    return G1_RULE.judge(e["acc_after"], e["acc_before"]).with_note(
+        f"seed means: T = 1 {m['acc_before']} -> {m['acc_after']}, greedy {m['greedy_before']} -> {m['greedy_after']}")
 
 
 def verdict_g2(e: dict) -> Verdict:

@@ -8,7 +8,8 @@
 - Sec. 5.3 (P3), routing volatility: `expert_set_change`, `routing_change_after_step`, and the token log-ratio
   spread at a matched update size, `update_at_kl` (exact KL(pi_old || pi_new), `old_new_kl`); a rollout as
   full sequences and masks for both, `rollout_sequences`;
-- P1-P5: `verdict_p1` ... `verdict_p5` (P3-P5, GSPO on the MoE, are measured in a later notebook).
+- P1-P5: `verdict_p1` ... `verdict_p5` (P3-P5, GSPO on the MoE, are measured in a later notebook); P2 on
+  per-seed evidence, `p2_evidence`: clip ratio in every seed and non-inferior held-out accuracy (`stats`).
 Derivations live in notebook 04; docstrings name the formula they compute.
 """
 from __future__ import annotations
@@ -22,12 +23,19 @@ from ..config import LossConfig
 from ..logprobs import position_ids
 from ..moe import is_moe, record_routing
 from ..objectives import policy_loss, sequence_log_ratio
+from . import stats
 from .runs import mean_over, window
 from .verdicts import NOISE_Z, NOT, PARTLY, REPRODUCED, EXACT_TOL, Verdict, at_least, grade, mean, seed_noise, seeds_text
 
 ARMS = {"gspo": {"preset": "gspo"},
         "grpo": {"preset": "grpo", "mu": 4, "loss_eps_high": 0.28}}
 """GSPO Sec. 5.2: GSPO (3e-4 / 4e-4) against GRPO with Clip-Higher (0.2 / 0.28), both with 4 minibatches"""
+P2_CLIP = stats.AtLeast("clip share GSPO / GRPO", at_least=10, every=True, fmt=".1f")
+P2_ACC = stats.NotWorse("held-out accuracy (T = 1), GSPO - GRPO")
+P2_RULE = stats.AllOf(parts=(P2_CLIP, P2_ACC))
+"""P2: GSPO clips >= 10x more tokens than GRPO in every seed, and its held-out accuracy is not worse"""
+RULES = {"P2": P2_RULE}
+"""claim id -> the rule that judges it and writes its criterion"""
 
 
 # ---------------------------------------------------------------- random inputs
@@ -260,12 +268,22 @@ def verdict_p1(e: dict) -> Verdict:
     return (REPRODUCED if worst <= EXACT_TOL else NOT), f"largest identity error {worst:.1e}"
 
 
-def verdict_p2(e: dict) -> Verdict:
-    ratio = mean(e["clip_gspo"]) / max(mean(e["clip_grpo"]), 1e-12)
-    diff = mean(e["reward_gspo"]) - mean(e["reward_grpo"])
-    noise = seed_noise(e["reward_gspo"], e["reward_grpo"])
-    v = grade([at_least(ratio, 10), at_least(diff, -NOISE_Z * noise)])
-    return v, f"clip share GSPO/GRPO = {ratio:.1f}x; final reward diff {diff:+.3f} (noise {noise:.3f})"
+def p2_evidence(metrics_by_run: dict, summaries: dict, seeds) -> dict:
+    """P2 evidence per seed (runs named "<arm>/seed<s>"): mean clip share over all steps, held-out accuracy
+    at the end (T = 1), and the final training reward (reported)."""
+    return {f"{key}_{arm}": [fn(f"{arm}/seed{s}") for s in seeds] for arm in ("gspo", "grpo") for key, fn in (
+        ("clip", lambda run: clip_share(metrics_by_run[run])),
+        ("acc", lambda run: summaries[run]["eval_end"]["acc/sample"]),
+        ("reward", lambda run: final_mean(metrics_by_run[run])))}
+
+
+def verdict_p2(e: dict) -> stats.Verdict:
+    """P2: `P2_RULE` on the per-seed clip ratio and the paired accuracy difference."""
+    ratios = [g / max(r, 1e-12) if g is not None and r is not None else None
+              for g, r in zip(e["clip_gspo"], e["clip_grpo"])]
+    v = P2_RULE.judge([P2_CLIP.judge(ratios), P2_ACC.judge(e["acc_gspo"], e["acc_grpo"])])
+    return v.with_note(f"final training reward GSPO {stats.seed_mean(e['reward_gspo'])}, "
+                       f"GRPO {stats.seed_mean(e['reward_grpo'])} (seed means)")
 
 
 def verdict_p3(e: dict) -> Verdict:

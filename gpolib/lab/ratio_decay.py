@@ -4,7 +4,7 @@ After mu >= 2 updates on one batch, the product of token ratios of a response dr
 while the sequence ratio s_i (a geometric mean) does not:
 - per-response ratios of the updated policy to pi_old, `ratio_step`, `ratio_records` (`cached_records`: once per config);
 - equal-count length buckets, `bucket_stats`; extreme product ratios, `extreme_share`;
-- S1: `verdict_s1`.
+- S1: `s1_evidence` (the buckets), `verdict_s1` (the slope with its t-interval, `stats.Slope`).
 """
 from __future__ import annotations
 
@@ -13,7 +13,21 @@ import math
 import pandas as pd
 
 from ..objectives import sequence_log_ratio
-from .verdicts import NOT, PARTLY, REPRODUCED, S1_SEQ_REL_TOL, Verdict, at_least
+from . import stats
+from .verdicts import S1_SEQ_REL_TOL
+
+S1_MIN_BUCKET = 50
+"""S1: responses per length bucket for 'reproduced' (DESIGN: >= 6 buckets of >= 50 responses)"""
+S1_SLOPE = stats.Slope("slope of Var[log prod rho] over the buckets' mean length (per token)", min_r2=0.5, min_points=6)
+S1_FLAT = stats.AtLeast(f"{S1_SEQ_REL_TOL:g} x that slope - slope of Var[log s_i] (the spread of log s_i does not grow)",
+                        at_least=0.0, fail_word=stats.PARTLY, fmt=".2e")
+S1_BUCKETS = stats.AtLeast("responses in the smallest length bucket", at_least=S1_MIN_BUCKET, fail_word=stats.PARTLY,
+                           fmt=".0f")
+S1_RULE = stats.AllOf(parts=(S1_SLOPE, S1_FLAT, S1_BUCKETS))
+"""S1: the token-ratio spread grows with length (slope interval above 0; R^2 and bucket counts for 'reproduced')
+while the sequence ratio's does not"""
+RULES = {"S1": S1_RULE}
+"""claim id -> the rule that judges it and writes its criterion"""
 
 
 def ratio_step(trainer, step: int) -> pd.DataFrame:
@@ -78,12 +92,21 @@ def extreme_share(df: pd.DataFrame, n_buckets: int, low: float = 0.2, high: floa
 
 # ---------------------------------------------------------------- verdict
 
-def verdict_s1(e: dict) -> Verdict:
-    grows = e["slope"] > 0 and e["r2"] >= 0.5
-    flat = at_least(S1_SEQ_REL_TOL * abs(e["slope"]), e["seq_spread_slope"])
-    v = REPRODUCED if grows and flat else PARTLY if e["slope"] > 0 else NOT
-    return v, (f"Var[log prod rho] slope {e['slope']:.2e}/token (R^2 {e['r2']:.2f}); "
-               f"log s_i spread slope {e['seq_spread_slope']:.2e}")
+def s1_evidence(buckets: pd.DataFrame) -> dict:
+    """S1 evidence from `bucket_stats`: per bucket its mean length, Var[log prod rho], Var[log s_i], count."""
+    return {"bucket_len": buckets["len_mean"].tolist(), "var_log_prod_rho": buckets["var_log_prod_rho"].tolist(),
+            "var_log_s": buckets["var_log_s"].tolist(), "bucket_n": buckets["n"].tolist()}
+
+
+def verdict_s1(e: dict) -> stats.Verdict:
+    """S1: `S1_RULE` on the bucket slope of Var[log prod rho], the flatness of Var[log s_i], the bucket sizes."""
+    prod = S1_SLOPE.judge(e["bucket_len"], e["var_log_prod_rho"])
+    if prod.fit is None:  # a bucket without a value: the claim cannot be judged
+        return S1_RULE.judge([prod, prod, prod])
+    seq = stats.fit_line(e["bucket_len"], e["var_log_s"]).slope
+    flat = S1_FLAT.judge(S1_SEQ_REL_TOL * abs(prod.fit.slope) - seq)
+    return S1_RULE.judge([prod, flat, S1_BUCKETS.judge(min(e["bucket_n"]))]).with_note(
+        f"Var[log s_i] slope {seq:.2e}/token")
 
 
 VERDICTS = {"S1": verdict_s1}

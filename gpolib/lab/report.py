@@ -1,10 +1,13 @@
 """Claims scoreboard: one verdict per claim of DESIGN.md, from measured numbers.
 
-A notebook's last cell calls `record(claim_id, evidence, runs, PROFILE)`. The claims' text (paper,
-criterion, evidence keys) is the table `claims.yaml`; each claim's verdict, a function from an
-evidence dict to `(verdict, ours_text)`, sits beside its measurement in the notebook's module
-(`VERDICTS` of grpo.py, ratio_decay.py, dapo.py, gspo.py, gfpo.py, dr_grpo.py, ppo_vapo.py).
-`build(profile)` gathers the records into `claims.json` and `claims.md`.
+A notebook's last cell calls `record(claim_id, evidence, runs, PROFILE)`, which prints the verdict and,
+under it, its criterion. The claims' text (paper, evidence keys, and the criterion of claims without a
+rule) is the table `claims.yaml`; each claim's verdict, a function from an evidence dict to a
+`stats.Verdict` (or `(verdict, ours_text)` for the exact checks), sits beside its measurement in the
+notebook's module (`VERDICTS` of grpo.py, ratio_decay.py, dapo.py, gspo.py, gfpo.py, dr_grpo.py,
+ppo_vapo.py). The training claims are judged by the rules of evidence (`stats.py`), and their criterion is
+the text of that rule (`RULES` of the module), so the scoreboard prints what the code applies. A smoke
+run records "smoke: no verdict". `build(profile)` gathers the records into `claims.json` and `claims.md`.
 """
 from __future__ import annotations
 
@@ -12,12 +15,12 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Optional
 
 import yaml
 
 from .. import jsonio, paths
-from . import dapo, dr_grpo, gfpo, grpo, gspo, ppo_vapo, ratio_decay
+from . import dapo, dr_grpo, gfpo, grpo, gspo, ppo_vapo, ratio_decay, stats
 from .verdicts import NOT, NOT_RUN, PARTLY, REPRODUCED, Verdict  # noqa: F401  (the verdict words, re-exported)
 
 CLAIMS_FILE = Path(__file__).with_name("claims.yaml")
@@ -43,18 +46,25 @@ class Claim:
     """notebook that measures it"""
     evidence: tuple[str, ...]
     """keys that `record` requires in the evidence dict"""
-    judge: Callable[[dict], Verdict]
-    """evidence -> (verdict, ours_text), from the notebook's module"""
+    judge: Callable[[dict], Any]
+    """evidence -> stats.Verdict (or (verdict, ours_text)), from the notebook's module"""
+
+
+_MODULES = (grpo, ratio_decay, dapo, gspo, gfpo, dr_grpo, ppo_vapo)
 
 
 def _load_claims() -> dict[str, Claim]:
-    verdicts = {**grpo.VERDICTS, **ratio_decay.VERDICTS, **dapo.VERDICTS, **gspo.VERDICTS, **gfpo.VERDICTS,
-                **dr_grpo.VERDICTS, **ppo_vapo.VERDICTS}
+    verdicts = {k: v for m in _MODULES for k, v in m.VERDICTS.items()}
+    rules = {k: v for m in _MODULES for k, v in getattr(m, "RULES", {}).items()}
     rows = yaml.safe_load(CLAIMS_FILE.read_text())
     missing = sorted({r["id"] for r in rows} ^ set(verdicts))
     if missing:
         raise RuntimeError(f"claims without a verdict or verdicts without a claim: {missing}")
-    return {r["id"]: Claim(**{**r, "section": str(r["section"]), "evidence": tuple(r["evidence"])},
+    twice = sorted(r["id"] for r in rows if ("criterion" in r) == (r["id"] in rules))
+    if twice:
+        raise RuntimeError(f"claims whose criterion is in both claims.yaml and a rule, or in neither: {twice}")
+    return {r["id"]: Claim(**{**r, "section": str(r["section"]), "evidence": tuple(r["evidence"]),
+                              "criterion": rules[r["id"]].criterion if r["id"] in rules else r["criterion"]},
                            judge=verdicts[r["id"]]) for r in rows}
 
 
@@ -75,8 +85,8 @@ def _relative(run: str | Path, root: Path | str | None) -> str:
         return str(run)
 
 
-def judge(claim_id: str, evidence: dict) -> Verdict:
-    """Validate the id and evidence keys, then apply the claim's criterion."""
+def judge(claim_id: str, evidence: dict) -> stats.Verdict:
+    """Validate the id and evidence keys, then apply the claim's criterion; always a `stats.Verdict`."""
     if claim_id not in CLAIMS:
         raise ValueError(f"unknown claim id {claim_id!r}; known: {', '.join(CLAIMS)}")
     claim = CLAIMS[claim_id]
@@ -84,23 +94,27 @@ def judge(claim_id: str, evidence: dict) -> Verdict:
     if missing:
         raise ValueError(f"claim {claim_id}: evidence is missing {', '.join(missing)} (needs {', '.join(claim.evidence)})")
     plain = json.loads(jsonio.dumps(evidence))
-    return claim.judge(plain)
+    v = claim.judge(plain)
+    return v if isinstance(v, stats.Verdict) else stats.Verdict(v[0], v[1], claim.criterion)
 
 
-def record(claim_id: str, evidence: dict, runs: list[str], profile: str,
-           root: Path | str | None = None) -> dict:
-    """Judge a claim, write `claims_dir(profile)/<id>.json`, print one line, return the record."""
-    verdict, ours = judge(claim_id, evidence)
+def record(claim_id: str, evidence: dict, runs: list[str], profile: str, root: Path | str | None = None,
+           why: Optional[Mapping[str, str]] = None) -> dict:
+    """Judge a claim, write `claims_dir(profile)/<id>.json`, print the verdict with its criterion under it,
+    return the record. A smoke run records "smoke: no verdict" (`stats.for_profile`). `why`: reasons for
+    evidence values that are NaN/inf (written as null, `jsonio`)."""
+    v = stats.for_profile(judge(claim_id, evidence), profile)
     claim = CLAIMS[claim_id]
-    rec = {"id": claim_id, "verdict": verdict, "ours": ours, "paper": claim.paper_number,
+    numbers = {k: x for k, x in v.to_dict().items() if k not in ("word", "text", "criterion")}
+    rec = {"id": claim_id, "verdict": v.word, "ours": v.text, "paper": claim.paper_number,
            "paper_name": f"{claim.paper} {claim.section}", "claim": claim.claim,
-           "criterion": claim.criterion, "notebook": claim.notebook, "runs": [_relative(r, root) for r in runs],
-           "evidence": evidence, "profile": profile,
+           "criterion": v.criterion, "notebook": claim.notebook, "runs": [_relative(r, root) for r in runs],
+           "evidence": evidence, **({"judgement": numbers} if numbers else {}), "profile": profile,
            "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     out = paths.claims_dir(profile, root) / f"{claim_id}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(jsonio.dumps(rec, indent=2) + "\n")
-    print(f"{claim_id} [{profile}]: {verdict.upper()} — {ours}")
+    out.write_text(jsonio.dumps(rec, indent=2, why=why) + "\n")
+    print(f"{claim_id} [{profile}]: {v.show()}")
     return json.loads(out.read_text())
 
 

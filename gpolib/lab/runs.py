@@ -89,7 +89,8 @@ def mean_over(rows: list, key: str) -> float:
     return mean_of((r.get(key) for r in rows), empty=math.nan)
 
 
-def eval_table(summaries_by_run: dict, keys=("acc/sample", "len/mean", "len/correct", "len/incorrect")) -> pd.DataFrame:
+def eval_table(summaries_by_run: dict, keys=("acc/sample", "acc/greedy", "len/mean", "len/correct", "len/incorrect")
+               ) -> pd.DataFrame:
     """Held-out metrics at the start and end of each run: rows run, columns (key, start|end)."""
     rows = {run: {(k, when): s[f"eval_{when}"].get(k) for k in keys for when in ("start", "end")}
             for run, s in summaries_by_run.items()}

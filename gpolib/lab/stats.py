@@ -19,6 +19,7 @@ A training rule never says "reproduced" from fewer than `min_seeds` (3) seeds, a
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
@@ -32,7 +33,7 @@ MIN_SEEDS = 3
 NI_MARGIN = 0.03
 """non-inferiority margin: 3 points of accuracy / 0.03 reward"""
 TOL = 1e-9
-"""float slack on thresholds, so 0.35 - 0.30 counts as a 5-point rise"""
+"""float slack on thresholds (0.35 - 0.30 counts as a 5-point rise) and on signs (|mean| < TOL is 0, not > 0)"""
 
 
 # ---------------------------------------------------------------- the verdict record
@@ -55,6 +56,10 @@ class Verdict:
     """the halves a combined verdict was built from"""
     failed: tuple[str, ...] = ()
     """premises that did not hold"""
+
+    def with_note(self, note: str) -> "Verdict":
+        """The same verdict with `note` appended to its text (numbers reported beside the judged ones)."""
+        return replace(self, text=f"{self.text}; {note}")
 
     def line(self) -> str:
         """'WORD — text' (a smoke verdict keeps its lower-case 'smoke: no verdict')."""
@@ -96,6 +101,12 @@ def describe(iv: Interval, what: str, fmt: str = "+.3f") -> str:
     return f"{what}: mean {format(iv.mean, fmt)}, {ci} over n={iv.n} (per seed {seeds})"
 
 
+def seed_mean(values: Sequence[Optional[float]], fmt: str = ".3f") -> str:
+    """The mean over seeds of a reported (not judged) number, formatted; 'n/a' if a seed has no value."""
+    vals = [v for v in values if v is not None and math.isfinite(float(v))]
+    return format(sum(vals) / len(vals), fmt) if vals and len(vals) == len(values) else "n/a"
+
+
 def _seed_cap(word: str, n: int, min_seeds: int, text: str) -> tuple[str, str]:
     """Fewer than `min_seeds` seeds: 'reproduced' becomes 'partly', and the text says why."""
     if n >= min_seeds:
@@ -106,6 +117,19 @@ def _seed_cap(word: str, n: int, min_seeds: int, text: str) -> tuple[str, str]:
 
 def _seeds_clause(min_seeds: int) -> str:
     return f"; fewer than {min_seeds} seeds: at most partly" if min_seeds > 1 else ""
+
+
+def _missing(rule, *seqs) -> Optional[Verdict]:
+    """'not reproduced' naming the positions without a value (None / NaN / inf), or None when all have one.
+
+    A missing measurement (e.g. no incorrect answer in a window) cannot support a claim; it is reported,
+    never skipped, so a verdict always rests on every seed it names.
+    """
+    bad = sorted({i for seq in seqs for i, v in enumerate(seq)
+                  if v is None or not math.isfinite(float(v))})
+    if not bad:
+        return None
+    return Verdict(NOT, f"{rule.what}: no value at position(s) {bad} (seed index); cannot judge", rule.criterion)
 
 
 # ---------------------------------------------------------------- rules
@@ -127,20 +151,23 @@ class Greater:
     @property
     def criterion(self) -> str:
         d = "A_s - B_s, paired by seed" if self.paired else "the per-seed values"
-        need = f" and the mean >= {self.at_least:g}" if self.at_least > 0 else ""
-        partly = ("partly when the mean > 0" if self.partly_at_least is None
-                  else f"partly when the interval's lower end > 0 and the mean >= {self.partly_at_least:g}")
+        need = f" and the mean >= {format(self.at_least, self.fmt)}" if self.at_least > 0 else ""
+        partly = ("partly when the mean > 0" if self.partly_at_least is None else
+                  f"partly when the interval's lower end > 0 and the mean >= {format(self.partly_at_least, self.fmt)}")
         return (f"{self.what} > 0: mean of {d}, {round(100 * LEVEL)}% t-interval (n-1 df); reproduced when "
                 f"the interval's lower end > 0{need}; {partly}; otherwise not reproduced"
                 + _seeds_clause(self.min_seeds))
 
     def judge(self, a: Sequence[float], b: Optional[Sequence[float]] = None) -> Verdict:
+        missing = _missing(self, a, *([] if b is None else [b]))
+        if missing:
+            return missing
         iv = paired(a, b) if self.paired else mean_interval(a)
-        above = iv.lo is not None and iv.lo > 0
+        above = iv.lo is not None and iv.lo > TOL
         if above and iv.mean >= self.at_least - TOL:
             word = REPRODUCED
         elif self.partly_at_least is None:
-            word = PARTLY if iv.mean > 0 else NOT
+            word = PARTLY if iv.mean > TOL else NOT
         else:
             word = PARTLY if above and iv.mean >= self.partly_at_least - TOL else NOT
         word, text = _seed_cap(word, iv.n, self.min_seeds, describe(iv, self.what, self.fmt))
@@ -170,6 +197,9 @@ class NotWorse:
                 + _seeds_clause(self.min_seeds))
 
     def judge(self, a: Sequence[float], b: Sequence[float]) -> Verdict:
+        missing = _missing(self, a, b)
+        if missing:
+            return missing
         iv = paired(a, b)
         if iv.lo is not None and iv.lo >= -self.margin - TOL:
             word = REPRODUCED
@@ -195,6 +225,9 @@ class Slope:
                 "points; partly when only the lower end > 0; otherwise not reproduced")
 
     def judge(self, x: Sequence[float], y: Sequence[float]) -> Verdict:
+        missing = _missing(self, x, y)
+        if missing:
+            return missing
         f = fit_line(x, y)
         above = f.lo is not None and f.lo > 0
         enough = f.r2 >= self.min_r2 - TOL and f.k >= self.min_points
@@ -219,8 +252,12 @@ class AtLeast:
     def criterion(self) -> str:
         return f"{self.what} >= {format(self.at_least, self.fmt)}" + (" in every seed" if self.every else "")
 
-    def judge(self, values: float | Sequence[float]) -> Verdict:
-        vals = finite([values] if isinstance(values, (int, float)) else values, self.what)
+    def judge(self, values: Optional[float] | Sequence[Optional[float]]) -> Verdict:
+        seq = [values] if values is None or isinstance(values, (int, float)) else list(values)
+        missing = _missing(self, seq)
+        if missing:
+            return missing
+        vals = finite(seq, self.what)
         got = min(vals) if self.every else sum(vals) / len(vals)
         holds = got >= self.at_least - TOL
         shown = ", ".join(format(v, self.fmt) for v in vals)

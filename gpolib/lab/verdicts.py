@@ -1,8 +1,9 @@
 """Verdict words and the small rules the claims' verdicts share (each verdict sits in its notebook's module).
 
 A verdict function maps an evidence dict to `(verdict, ours_text)`. Accuracies, shares and fractions
-are in [0, 1]; "points" are 0.01. (The rules of evidence of DESIGN.md, paired t-intervals, are to
-replace these in `stats.py`.)
+are in [0, 1]; "points" are 0.01. The training claims G1, S1, P2, F1, F2, R2 are judged by the rules of
+evidence of DESIGN.md (paired t-intervals) in `stats.py`; the helpers here serve the exact checks and the
+claims whose notebooks are still to come (D1-D5, P3-P5, V1, V2), which move to `stats.py` with them.
 """
 from __future__ import annotations
 
