@@ -103,10 +103,11 @@ class TrainConfig:
     """LoRA scaling alpha."""
     temperature: float = 1.0
     """sampling temperature of rollouts (log-probs are taken under the same temperature)."""
-    rollout_threads: int = 1
-    """torch CPU threads while sampling (0: the process's setting; ignored on GPU). Decoding a tiny model
-    is latency-bound: on 2 cores one thread samples ~35% faster than two (0.6 s vs 0.9 s per 128
-    completions, benchmarks/README.md); training passes keep the process's setting."""
+    rollout_threads: int = 0
+    """CPU threads for sampling, n (ignored on GPU): 0 = the process's setting, N > 0 = N. With the decoder
+    backend and n > 1 the way they are used is measured: a few decode steps of the batch timed with one
+    thread, with n threads, and as n row shards of one thread each; the fastest is kept and re-measured
+    every 50 rollouts (gpolib/sampling_plan.py). Training passes keep the process's setting."""
     top_p: float = 1.0
     """nucleus sampling mass."""
     max_new_tokens: int = 192

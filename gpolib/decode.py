@@ -91,8 +91,9 @@ class Decoder:
     one column per new token), so every row writes the same column at each step.
     """
 
-    def __init__(self, model, batch: int, max_len: int):
-        w = read(model, max_len)
+    def __init__(self, source, batch: int, max_len: int):
+        """source: a model, or its weights read by `decode_weights.read(model, max_len)` (shared by shards)."""
+        w = source if isinstance(source, dict) else read(source, max_len)
         self.embed, self.head, self.layers = w["embed"], w["head"], w["layers"]
         self.cos, self.sin, self.d, self.n_q, self.n_kv = w["cos"], w["sin"], w["d"], w["n_q"], w["n_kv"]
         dev, dtype = self.embed.device, self.embed.dtype

@@ -13,12 +13,11 @@ log-probs within 1e-5 of the model's forward (tests/test_sampler.py).
 """
 from __future__ import annotations
 
-import contextlib
-
 import torch
 from transformers import DynamicCache
 
 from .logprobs import position_ids
+from . import sampling_plan
 from .lora import merged_lora
 
 COMPACT_AT = 0.25
@@ -81,28 +80,47 @@ class _HFModel:
 
 def make_engine(model, batch: int, max_len: int, engine: str = "auto"):
     """The decoder for supported models (engine 'auto' or 'decoder'), else the transformers forward."""
+    weights = decoder_weights(model, max_len, engine)
+    if weights is None:
+        return _HFModel(model)
+    from .decode import Decoder
+
+    return Decoder(weights, batch, max_len)
+
+
+def decoder_weights(model, max_len: int, engine: str = "auto"):
+    """`decode_weights.read(model, max_len)` where the decoder supports the model and engine allows it, else None."""
     if engine not in ENGINES:
         raise ValueError(f"engine={engine!r} is invalid; allowed: {' | '.join(ENGINES)}")
-    if engine != "hf":
-        from .decode import Decoder, Unsupported
-        try:
-            return Decoder(model, batch, max_len)
-        except Unsupported:
-            if engine == "decoder":
-                raise
-    return _HFModel(model)
+    if engine == "hf":
+        return None
+    from .decode_weights import Unsupported, read
+    try:
+        return read(model, max_len)
+    except Unsupported:
+        if engine == "decoder":
+            raise
+        return None
 
 
 @torch.inference_mode()
 def sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, max_new_tokens: int, eos_id: int,
            pad_id: int, temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False,
-           engine: str = "auto") -> tuple:
-    """prompt_ids/mask (B, P) left-padded -> completion ids (B, T) (pad after EOS), sampling logps (B, T)."""
+           engine: str = "auto", plan: tuple | None = None) -> tuple:
+    """prompt_ids/mask (B, P) left-padded -> completion ids (B, T) (pad after EOS), sampling logps (B, T).
+
+    plan: (row shards, torch threads) for the decoder on CPU; None: measured (`sampling_plan.plan`).
+    """
     B, P = prompt_ids.shape
     u = None if greedy else torch.rand(B, max_new_tokens, device=prompt_ids.device)  # (B, T) uniforms
-    net = make_engine(model, B, P + max_new_tokens, engine)
-    with merged_lora(model) if isinstance(net, _HFModel) else contextlib.nullcontext():  # decoder: LoRA folded
-        ids, lp = _loop(net, prompt_ids, prompt_mask, max_new_tokens, eos_id, pad_id, temperature, top_p, u)
+    args = (max_new_tokens, eos_id, pad_id, temperature, top_p)
+    weights = decoder_weights(model, P + max_new_tokens, engine)
+    if weights is None:
+        with merged_lora(model):
+            ids, lp = _loop(_HFModel(model), prompt_ids, prompt_mask, *args, u)
+    else:
+        plan = plan or sampling_plan.plan(weights, prompt_ids, prompt_mask, _loop)
+        ids, lp = sampling_plan.run(weights, prompt_ids, prompt_mask, _loop, args, u, *plan)
     return _after_eos_padded(ids, lp, eos_id, pad_id)
 
 

@@ -177,6 +177,38 @@ def test_samples_do_not_depend_on_batch_compaction(tok, monkeypatch):
     assert torch.allclose(out[0][1], out[1][1], atol=1e-5)
 
 
+@pytest.mark.parametrize("arch", ["dense", "moe"])
+def test_samples_do_not_depend_on_the_plan(arch, tok):
+    """Row shards in threads or intra-op threads: the same seed gives the same completions."""
+    model = random_model(arch, tok)
+    ids, mask = _prompt_batch(tok, group=8)
+    out = []
+    for plan in ((1, 1), (2, 1), (1, 2), (3, 1)):
+        torch.manual_seed(5)
+        out.append(sampler.sample(model, ids, mask, 48, tok.eos_token_id, tok.pad_token_id, plan=plan))
+    for ids_, lp in out[1:]:
+        assert torch.equal(ids_, out[0][0])
+        assert torch.allclose(lp, out[0][1], atol=1e-6)
+
+
+def test_plan_is_measured_then_cached(tok, monkeypatch):
+    from gpolib import sampling_plan
+
+    model = random_model("dense", tok)
+    ids, mask = _prompt_batch(tok, group=4)
+    monkeypatch.setattr(sampling_plan, "_PLANS", {})
+    monkeypatch.setattr(sampling_plan, "RECALIBRATE_EVERY", 2)
+    seen = []
+    with torch.inference_mode():
+        torch.set_num_threads(2)
+        for _ in range(3):
+            sampler.sample(model, ids, mask, 4, tok.eos_token_id, tok.pad_token_id, greedy=True)
+            seen.append(dict(sampling_plan.LAST))
+    assert [s["measured"] for s in seen] == [True, False, True]
+    assert all((s["workers"], s["threads"]) in {(1, 1), (1, 2), (2, 1)} for s in seen)
+    assert set(seen[0]["seconds"]) == {"1x1", "1x2", "2x1"} and all(v > 0 for v in seen[0]["seconds"].values())
+
+
 def test_engines_draw_the_same_samples(embedded):
     """The decoder and the transformers-forward loop consume the same uniforms: with one seed their sampled
     completions agree except where float32 rounding moves a token across a CDF boundary (rare)."""
