@@ -3,14 +3,19 @@
 Run: `python benchmarks/sampler_speed.py [--model random-dense|random-moe|PATH] [--max-new-tokens 256]
 [--rows 128] [--threads 1 2] [--repeats 5] [--no-eos]`.
 
-Engines (`gpolib.sampler.sample(engine=...)`), each timed on the same prompt batch:
-  hf        the transformers forward with a DynamicCache, finished rows dropped (the `hf` backend before
-            issue 20; LoRA merged around it as `rollout.hf_sample` does);
-  decoder   `gpolib.decode.Decoder`: preallocated KV cache, fused projections, LoRA folded in;
-  generate  `transformers.generate` (with --with-generate).
-Repeats are interleaved (hf, decoder, hf, decoder, ...) so that load from other jobs falls on both; each
-repeat uses its own sampling seed, the same for every engine. Reported per engine: median seconds and
-completion tokens per second; the speed-up is the median over repeats of (hf s/token) / (decoder s/token).
+Configurations (`gpolib.sampler.sample(engine=..., plan=...)`), each timed on the same prompt batch, with
+n = --threads:
+  hf@1          the transformers forward with a DynamicCache, finished rows dropped, one thread: the
+                default `hf` backend before issue 20 (TrainConfig.rollout_threads was 1);
+  hf@n          the same with n threads;
+  decoder       `gpolib.decode.Decoder` (preallocated KV cache, fused projections, LoRA folded in) with
+                the plan measured by `gpolib.sampling_plan` among the three below: the new default;
+  decoder WxT   the decoder with W row shards of T threads each (1x1, 1xn, nx1);
+  generate@1    `transformers.generate` (with --with-generate).
+Repeats are interleaved (hf@1, hf@n, decoder, ..., hf@1, ...) so that load from other jobs falls on all;
+each repeat uses its own sampling seed, the same for every configuration (with an EOS the lengths still
+differ between the two engines' samples, so rates are per token). Reported: median seconds, completion
+tokens per second, and the speed-up vs hf@1 = median over repeats of the paired (hf@1 s/token) / (s/token).
 `--no-eos` passes an EOS id that never occurs, so every row runs the whole budget.
 
 Models: `random-dense` / `random-moe` are the embedded architectures (`gpolib.models.tiny_config`,
@@ -102,10 +107,25 @@ def _lengths(c: torch.Tensor, eos: int) -> torch.Tensor:
     return ((is_eos.cumsum(dim=1) - is_eos) == 0).sum(dim=1)
 
 
-def run_engine(model, tok, ids, mask, engine: str, T: int, eos: int, seed: int) -> dict:
-    """One batch with one engine: wall and process CPU seconds, completion tokens and lengths."""
+def configurations(n: int, with_generate: bool) -> dict:
+    """name -> (engine, torch threads, decoder plan): today's default first, then the new default."""
+    out = {"hf@1": ("hf", 1, None), f"hf@{n}": ("hf", n, None), "decoder": ("decoder", n, None),
+           "decoder 1x1": ("decoder", 1, (1, 1)), f"decoder 1x{n}": ("decoder", n, (1, n)),
+           f"decoder {n}x1": ("decoder", n, (n, 1))}
+    if n == 1:
+        out = {k: out[k] for k in ("hf@1", "decoder")}
+    if with_generate:
+        out["generate@1"] = ("generate", 1, None)
+    return out
+
+
+def run_engine(model, tok, ids, mask, conf: tuple, T: int, eos: int, seed: int) -> dict:
+    """One batch with one configuration: wall and process CPU seconds, completion tokens and lengths."""
+    from gpolib import sampling_plan
     from gpolib.lora import merged_lora
 
+    engine, threads, plan = conf
+    torch.set_num_threads(threads)
     torch.manual_seed(seed)
     t0, c0 = time.perf_counter(), time.process_time()
     if engine == "generate":
@@ -114,35 +134,46 @@ def run_engine(model, tok, ids, mask, engine: str, T: int, eos: int, seed: int) 
                                  eos_token_id=eos, pad_token_id=tok.pad_token_id)
         c = out[:, ids.shape[1]:]
     else:
-        c, _ = sample(model, ids, mask, T, eos, tok.pad_token_id, engine=engine)
+        c, _ = sample(model, ids, mask, T, eos, tok.pad_token_id, engine=engine, plan=plan)
     lengths = _lengths(c, eos)
     return {"s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0, "tokens": int(lengths.sum()),
-            "lengths": lengths}
+            "lengths": lengths, "plan": dict(sampling_plan.LAST) if engine == "decoder" and plan is None else None}
 
 
-def measure(args, threads: int, model, tok, ids, mask) -> dict:
-    torch.set_num_threads(threads)
+def measure(args, n: int, model, tok, ids, mask) -> dict:
+    """All configurations, interleaved `args.repeats` times after one short warm-up each."""
     eos = -1 if args.no_eos else tok.eos_token_id
-    engines = ["hf", "decoder"] + (["generate"] if args.with_generate else [])
-    for e in engines:  # warm-up
-        run_engine(model, tok, ids, mask, e, 8, eos, 0)
-    runs = {e: [] for e in engines}
+    confs = configurations(n, args.with_generate)
+    for c in confs.values():
+        run_engine(model, tok, ids, mask, c, 8, eos, 0)
+    runs = {k: [] for k in confs}
     for rep in range(args.repeats):
-        for e in engines:
-            runs[e].append(run_engine(model, tok, ids, mask, e, args.max_new_tokens, eos, 1000 + rep))
-    out = {"threads": threads, "engines": {}}
-    for e, rs in runs.items():
-        s = statistics.median(r["s"] for r in rs)
-        tps = sum(r["tokens"] for r in rs) / sum(r["s"] for r in rs)
-        gf = sum(model_flops(model, mask, r["lengths"]) for r in rs) / sum(r["s"] for r in rs) / 1e9
-        out["engines"][e] = {"s_median": s, "s_all": [round(r["s"], 3) for r in rs], "tokens_per_s": tps,
-                             "tokens": [r["tokens"] for r in rs], "gflops": gf,
-                             "cpu_s_all": [round(r["cpu_s"], 3) for r in rs]}
-    per_tok = {e: [r["s"] / r["tokens"] for r in rs] for e, rs in runs.items()}
-    out["speedup_decoder_over_hf"] = statistics.median(a / b for a, b in zip(per_tok["hf"], per_tok["decoder"]))
-    cpu = {e: [r["cpu_s"] / r["tokens"] for r in rs] for e, rs in runs.items()}
-    out["speedup_cpu_time"] = statistics.median(a / b for a, b in zip(cpu["hf"], cpu["decoder"]))
+        for k, c in confs.items():
+            runs[k].append(run_engine(model, tok, ids, mask, c, args.max_new_tokens, eos, 1000 + rep))
+    out = {"threads": n, "configurations": {}, "speedups": {}}
+    for k, rs in runs.items():
+        secs = sum(r["s"] for r in rs)
+        out["configurations"][k] = {
+            "s_median": statistics.median(r["s"] for r in rs), "s_all": [round(r["s"], 3) for r in rs],
+            "tokens": [r["tokens"] for r in rs], "tokens_per_s": sum(r["tokens"] for r in rs) / secs,
+            "gflops": sum(model_flops(model, mask, r["lengths"]) for r in rs) / secs / 1e9,
+            "cpu_s_all": [round(r["cpu_s"], 3) for r in rs],
+            "plans": [(r["plan"]["workers"], r["plan"]["threads"]) for r in rs if r["plan"]]}
+    per_tok = {k: [r["s"] / r["tokens"] for r in rs] for k, rs in runs.items()}
+    for k in runs:  # median over repeats of the paired ratio (s/token of hf@1) / (s/token of k)
+        out["speedups"][k] = statistics.median(a / b for a, b in zip(per_tok["hf@1"], per_tok[k]))
     return out
+
+
+def report(r: dict, peak: float) -> None:
+    print(f"\n=== up to {r['threads']} thread(s); fp32 matmul peak {peak:.0f} GFLOP/s ({r['threads']} threads, "
+          f"1024^3, best of 8) ===")
+    print(f"{'configuration':14s} {'s median':>9s} {'tok/s':>8s} {'GFLOP/s':>8s} {'% peak':>7s} {'vs hf@1':>8s}"
+          f"  s all / tokens")
+    for k, v in r["configurations"].items():
+        plans = f"  plans {v['plans']}" if v["plans"] else ""
+        print(f"{k:14s} {v['s_median']:9.3f} {v['tokens_per_s']:8.0f} {v['gflops']:8.1f} "
+              f"{100 * v['gflops'] / peak:6.1f}% {r['speedups'][k]:7.2f}x  {v['s_all']} {v['tokens']}{plans}")
 
 
 def main(argv=None) -> int:
@@ -151,7 +182,7 @@ def main(argv=None) -> int:
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--rows", type=int, default=128, help="completions per batch (16 prompts x 8 by default)")
     p.add_argument("--group-size", type=int, default=8)
-    p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--threads", type=int, default=2, help="n: the process's threads (configurations use 1 or n)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--no-eos", action="store_true", help="rows never end early: every row runs the whole budget")
     p.add_argument("--with-generate", action="store_true", help="also time transformers.generate")
@@ -165,22 +196,13 @@ def main(argv=None) -> int:
            "rows": ids.shape[0], "prompt_len_max": ids.shape[1], "max_new_tokens": args.max_new_tokens,
            "no_eos": args.no_eos, "loadavg_1_5_15": [round(x, 2) for x in os.getloadavg()]}
     print("environment:", json.dumps(env))
-    results = {"environment": env, "runs": []}
-    for th in args.threads:
-        peak = matmul_peak_gflops(th)
-        r = measure(args, th, model, tok, ids, mask)
-        r["matmul_peak_gflops"] = peak
-        print(f"\n=== {th} thread(s); fp32 matmul peak {peak:.0f} GFLOP/s (1024^3, best of 8) ===")
-        print(f"{'engine':9s} {'s median':>9s} {'tok/s':>8s} {'GFLOP/s':>8s} {'% peak':>7s}  s all / tokens")
-        for e, v in r["engines"].items():
-            print(f"{e:9s} {v['s_median']:9.3f} {v['tokens_per_s']:8.0f} {v['gflops']:8.1f} "
-                  f"{100 * v['gflops'] / peak:6.1f}%  {v['s_all']} {v['tokens']}")
-        print(f"speed-up decoder / hf (median of per-repeat s/token ratios): {r['speedup_decoder_over_hf']:.2f}x wall,"
-              f" {r['speedup_cpu_time']:.2f}x process CPU time")
-        results["runs"].append(r)
-    print("\nRESULTS_JSON " + json.dumps(results))
+    peak = matmul_peak_gflops(args.threads)
+    r = measure(args, args.threads, model, tok, ids, mask)
+    r.update(matmul_peak_gflops=peak, environment=env, loadavg_end=[round(x, 2) for x in os.getloadavg()])
+    report(r, peak)
+    print("\nRESULTS_JSON " + json.dumps(r))
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
+        Path(args.json).write_text(json.dumps(r, indent=1))
     return 0
 
 

@@ -168,9 +168,11 @@ class Decoder:
         return _normed(x, self.eps) @ self.head  # (b, V)
 
     def keep(self, rows: torch.Tensor, cols: int) -> None:
-        """Keep cache rows `rows` (index tensor) as the new first len(rows) rows; only columns < cols are used."""
-        n, nkv = rows.shape[0], self.n_kv
-        self.k[:, :n, :, :, :cols] = self.k[:, rows, :, :, :cols]
-        self.v[:, :n, :, :cols] = self.v[:, rows, :, :cols]
-        bias = self.bias.view(-1, nkv, *self.bias.shape[1:])  # (B, nkv, 1, S)
-        bias[:n] = bias[rows]
+        """Keep cache rows `rows` (index tensor) as the new first len(rows) rows; only columns < cols are used.
+        Only the rows that change place are copied."""
+        moved = (rows != torch.arange(len(rows), device=rows.device)).nonzero().squeeze(1)
+        src = rows[moved]
+        self.k[:, moved, :, :, :cols] = self.k[:, src, :, :, :cols]
+        self.v[:, moved, :, :cols] = self.v[:, src, :, :cols]
+        bias = self.bias.view(-1, self.n_kv, *self.bias.shape[1:])  # (B, nkv, 1, S)
+        bias[moved] = bias[src]

@@ -21,7 +21,8 @@ from . import sampling_plan
 from .lora import merged_lora
 
 COMPACT_AT = 0.25
-"""compact the batch when this share of its rows has finished"""
+"""compact the batch when this share of its rows has finished (the transformers engine copies every row
+that goes on; the decoder moves only the rows that fill holes, see `_fill_holes`)"""
 ENGINES = ("auto", "decoder", "hf")
 
 
@@ -124,6 +125,15 @@ def sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, max_new_t
     return _after_eos_padded(ids, lp, eos_id, pad_id)
 
 
+def _fill_holes(done: torch.Tensor) -> torch.Tensor:
+    """Indices of the rows that go on (b',), ordered to move as few as possible: the n live rows below n
+    stay where they are, the live rows at n or above fill the holes left by finished rows below n."""
+    n = int((~done).sum())
+    keep = torch.arange(n, device=done.device)
+    keep[done[:n].nonzero().squeeze(1)] = (~done[n:]).nonzero().squeeze(1) + n
+    return keep
+
+
 def _loop(net, prompt_ids, prompt_mask, max_new_tokens: int, eos_id: int, pad_id: int, temperature: float,
           top_p: float, u) -> tuple:
     """The decode loop of `sample` on an engine (`Decoder` or `_HFModel`) -> ids, logps (B, T), T <= max_new_tokens.
@@ -150,7 +160,7 @@ def _loop(net, prompt_ids, prompt_mask, max_new_tokens: int, eos_id: int, pad_id
         if n_done == len(rows) or T == max_new_tokens:
             break
         if n_done >= COMPACT_AT * len(rows):  # drop finished rows and their cache
-            keep, gone = (~done).nonzero().squeeze(1), done.nonzero().squeeze(1)
+            keep, gone = _fill_holes(done), done.nonzero().squeeze(1)
             out_ids[rows[gone]], out_lp[rows[gone]] = cur_ids[gone], cur_lp[gone]
             net.keep(keep, P + t)
             rows, pos, tok, done = rows[keep], pos[keep], tok[keep], done[keep]
