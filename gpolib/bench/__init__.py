@@ -3,11 +3,13 @@
 Run: `python -m gpolib bench [--steps 5] [--mu 1 4]` or `python -m gpolib.bench ...` (needs the `bench`
 extra: `pip install -e ".[bench]"`; only this package imports TRL, and `import gpolib` does not import it).
 Everything is printed; nothing is written. Modules: `common` (settings, machine, loss check), `ours`
-(gpolib's step with a phase breakdown), `trl_side` (TRL's trainer, the A/B driver, side-alone runs).
+(gpolib's step with a phase breakdown), `trl_side` (TRL's trainer, the A/B driver, side-alone runs),
+`samplers` (the sampler-vs-sampler line printed first: gpolib's samplers on the same model and prompts).
 
 What one "step" is, on both sides: one rollout batch of 16 prompts x G = 8 = 128 completions (up to
-96 new tokens, T = 1, top_p = 1, no top-k), scored by `gpolib.rewards.correctness_reward`, plus
-its mu policy updates (GRPO loss, token ratio, eps = 0.2, sample-level aggregation, beta = 0).
+--max-new-tokens new tokens, default 192 = TrainConfig.max_new_tokens of the harder regime; T = 1,
+top_p = 1, no top-k), scored by `gpolib.rewards.correctness_reward`, plus its mu policy updates (GRPO
+loss, token ratio, eps = 0.2, sample-level aggregation, beta = 0).
 
 mu mapping (checked against TRL 1.16's `GRPOConfig.__post_init__`, `_prepare_inputs` and
 `_generate_and_score_completions`):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .. import jsonio
 from ..runtime import setup_threads
-from .common import MODEL, environment, like_for_like_loss_check, matmul_peak_gflops
+from .common import G, MAX_NEW, MODEL, PROMPTS, environment, like_for_like_loss_check, matmul_peak_gflops
 from .trl_side import random_qwen_05b, run_ab, run_side, side_in_subprocess, trl_mapping
 
 
@@ -49,6 +49,21 @@ def print_report(r: dict, sides: dict) -> None:
           f"(2N per new token)")
 
 
+def sampler_line(model: str, max_new: int, threads: int, repeats: int, peak: float) -> dict:
+    """gpolib's samplers on the benchmark's model (LoRA r = 16 as trained), first PROMPTS x G training prompts."""
+    from ..models import load_policy
+    from ..tasks import default_task_path, load_tasks
+    from .samplers import measure, prompt_batch, report
+
+    policy, tok = load_policy(model, lora_r=16)
+    prompts = [t["prompt"] for t in load_tasks(str(default_task_path("train")))[:PROMPTS]]
+    ids, mask = prompt_batch(tok, prompts, G)  # (B, P)
+    r = measure(policy.eval(), tok, ids, mask, max_new, threads, repeats)
+    print(f"\nsampler vs sampler ({len(prompts)} prompts x G = {G}, up to {max_new} new tokens, {repeats} repeats):")
+    report(r, peak)
+    return r
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="python -m gpolib bench", description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=5, help="timed steps per side (after one warm-up each)")
@@ -62,6 +77,9 @@ def parse_args(argv):
     p.add_argument("--model", default=MODEL, help="local path or hub name (default: the embedded tiny Qwen3)")
     p.add_argument("--random-qwen-0.5b", dest="random_qwen", action="store_true",
                    help="a Qwen2.5-0.5B-shaped model with random weights (timing only; the char tokenizer)")
+    p.add_argument("--max-new-tokens", type=int, default=MAX_NEW, help="generation budget of both sides")
+    p.add_argument("--sampler-repeats", type=int, default=3,
+                   help="repeats of the sampler-vs-sampler line (gpolib.bench.samplers); 0 skips it")
     p.add_argument("--json", default="", help="also write the results to this JSON file")
     return p.parse_args(argv)
 
@@ -78,8 +96,8 @@ def run(argv) -> int:
             model = random_qwen_05b(tmp / "qwen2.5-0.5b-random")
         if args.side != "both":
             for mu in args.mu:
-                print("SIDE_RESULT " + json.dumps(run_side(args.side, model, mu, args.steps, args.device, args.threads)),
-                      flush=True)
+                print("SIDE_RESULT " + json.dumps(run_side(args.side, model, mu, args.steps, args.device, args.threads,
+                                                           args.max_new_tokens)), flush=True)
             return 0
         return _main_both(args, model)
 
@@ -94,12 +112,14 @@ def _main_both(args, model: str) -> int:
     if not check["ok"]:
         raise AssertionError(f"gpolib and TRL GRPO losses differ: {check}")
     results = {"environment": environment(), "matmul_peak_gflops": peak, "loss_check": check, "runs": []}
+    if args.sampler_repeats and args.device == "cpu":
+        results["sampler"] = sampler_line(model, args.max_new_tokens, args.threads, args.sampler_repeats, peak)
     for mu in args.mu:
-        r = run_ab(model, mu, args.steps, args.device, args.threads)
+        r = run_ab(model, mu, args.steps, args.device, args.threads, args.max_new_tokens)
         sides = {}
         if not args.no_side_runs:
             common = ["--mu", str(mu), "--steps", str(args.rss_steps), "--device", args.device,
-                      "--threads", str(args.threads), "--model", model]
+                      "--threads", str(args.threads), "--model", model, "--max-new-tokens", str(args.max_new_tokens)]
             sides = {s: side_in_subprocess(s, common) for s in ("gpolib", "trl")}
         r["sides_alone"] = sides
         r["train_gflops_share_of_peak"] = (r["gpolib_flops"]["train_gflops_6N"] or 0) / peak

@@ -16,7 +16,9 @@ from .. import paths
 
 ROOT = paths.repo_root()
 MODEL = "data/models/tiny-qwen3"
-PROMPTS, G, MAX_NEW, LR, EPS = 16, 8, 96, 1e-3, 0.2
+PROMPTS, G, LR, EPS = 16, 8, 1e-3, 0.2
+MAX_NEW = 192
+"""default generation budget: TrainConfig.max_new_tokens of the harder task regime (--max-new-tokens)"""
 QWEN25_05B_SHAPE = dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
                         intermediate_size=4864, vocab_size=151936, max_position_embeddings=32768,
                         tie_word_embeddings=True, rope_theta=1_000_000.0)

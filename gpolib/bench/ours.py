@@ -12,11 +12,11 @@ from .common import G, LR, MAX_NEW, PROMPTS, _sync
 PHASES = ("rollout", "reward", "old_logps_fwd", "new_logps_fwd", "loss", "backward", "optimizer", "other")
 
 
-def build_gpolib(model: str, mu: int, device: str):
+def build_gpolib(model: str, mu: int, device: str, max_new: int = MAX_NEW):
     from .. import presets
     from ..train import Trainer
 
-    cfg = presets.get("grpo", prompts_per_step=PROMPTS, group_size=G, max_new_tokens=MAX_NEW, mu=mu, lr=LR,
+    cfg = presets.get("grpo", prompts_per_step=PROMPTS, group_size=G, max_new_tokens=max_new, mu=mu, lr=LR,
                       eval_prompts=8, model=model, device=device)
     return Trainer(cfg)
 

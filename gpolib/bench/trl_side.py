@@ -40,7 +40,7 @@ def trl_mapping(mu: int) -> dict:
                 steps_per_generation=mu, num_iterations=1)
 
 
-def build_trl(model: str, mu: int, steps: int, device: str, threads: int):
+def build_trl(model: str, mu: int, steps: int, device: str, threads: int, max_new: int = MAX_NEW):
     """GRPOTrainer on the same model, LoRA, prompts, reward and objective; max_steps covers `steps` cycles."""
     import datasets
     from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback
@@ -67,7 +67,7 @@ def build_trl(model: str, mu: int, steps: int, device: str, threads: int):
         logging_strategy="no", eval_strategy="no", disable_tqdm=True, use_cpu=device == "cpu",
         bf16=False, fp16=False, gradient_checkpointing=False,  # GRPOConfig defaults both to True
         max_steps=steps * m["steps_per_generation"], learning_rate=LR, num_generations=G,
-        max_completion_length=MAX_NEW, temperature=1.0, top_p=1.0, top_k=0, beta=0.0, loss_type="grpo",
+        max_completion_length=max_new, temperature=1.0, top_p=1.0, top_k=0, beta=0.0, loss_type="grpo",
         epsilon=EPS, epsilon_high=EPS, scale_rewards="group", use_vllm=False, seed=0, dataloader_num_workers=0, **m)
     trainer = GRPOTrainer(model=base, reward_funcs=[correctness], args=args, train_dataset=ds,
                           processing_class=tok, peft_config=lora_config(base, 16, 32))
@@ -89,13 +89,13 @@ def trl_settings(trainer) -> dict:
 
 
 # --- A/B driver -----------------------------------------------------------------
-def run_ab(model: str, mu: int, steps: int, device: str, threads: int) -> dict:
+def run_ab(model: str, mu: int, steps: int, device: str, threads: int, max_new: int = MAX_NEW) -> dict:
     """gpolib and TRL in one process, alternating: warm-up A, warm-up B, then A, B, A, B, ... (`steps` each)."""
     from transformers import TrainerCallback
 
     torch.set_num_threads(threads)
-    ours = build_gpolib(model, mu, device)
-    trl = build_trl(model, mu, steps + 1, device, threads)
+    ours = build_gpolib(model, mu, device, max_new)
+    trl = build_trl(model, mu, steps + 1, device, threads, max_new)
     spg = trl.args.steps_per_generation
     res = {"gpolib": [], "trl": [], "trl_gen": []}
     gens = _instrument_trl(trl, res["trl_gen"])
@@ -195,18 +195,18 @@ def summarise(res: dict, mu: int, ours) -> dict:
 
 
 # --- one side alone (own peak RSS) ----------------------------------------------
-def run_side(side: str, model: str, mu: int, steps: int, device: str, threads: int) -> dict:
+def run_side(side: str, model: str, mu: int, steps: int, device: str, threads: int, max_new: int = MAX_NEW) -> dict:
     """Warm-up + `steps` steps of one side only; the peak RSS (and CUDA peak) of this process is that side's."""
     torch.set_num_threads(threads)
     base_rss = rss_mb()
     if side == "gpolib":
-        tr = build_gpolib(model, mu, device)
+        tr = build_gpolib(model, mu, device, max_new)
         after_load = rss_mb()
         times = [gpolib_step(tr, s)["s"] for s in range(steps + 1)]
     else:
         from transformers import TrainerCallback
 
-        tr = build_trl(model, mu, steps + 1, device, threads)
+        tr = build_trl(model, mu, steps + 1, device, threads, max_new)
         after_load, times, spg = rss_mb(), [], tr.args.steps_per_generation
 
         class Clock(TrainerCallback):
