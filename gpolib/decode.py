@@ -6,7 +6,8 @@ position tensors rebuilt every step. `Decoder` computes with the weights of `dec
 (LoRA folded in, fused projections, norm weights folded into matmuls) and keeps
   - a preallocated KV cache: keys (n_layers, B, n_kv, d, S), stored transposed so that the score
     product reads rows of length S, and values (n_layers, B, n_kv, S, d), written in place;
-  - the additive padding mask per KV head, (B n_kv, 1, S), so that one `baddbmm` gives masked scores;
+  - the additive padding mask of the prompt columns per KV head, (B n_kv, 1, P), added to those
+    columns of the scores only (left padding never reaches the generated columns);
   - a RoPE table for positions 0..S-1 from the model's own rotary module;
   - finished rows leave the batch through `keep` (one copy of the used columns).
 Every equation is the model's own: RMSNorm x / sqrt(mean(x^2) + eps) in fp32 (weight in the next
@@ -52,7 +53,7 @@ def _swiglu(x: torch.Tensor, w_gu: torch.Tensor, w_down: torch.Tensor, out: torc
     h = x @ w_gu  # (m, 2I)
     n = h.shape[-1] // 2
     a = F.silu(h[:, :n]).mul_(h[:, n:])  # (m, I)
-    return a @ w_down if out is None else torch.addmm(out, a, w_down)
+    return a @ w_down if out is None else out.addmm_(a, w_down)  # out: the residual stream, updated in place
 
 
 def _moe(x: torch.Tensor, lw: dict, out: torch.Tensor) -> torch.Tensor:
@@ -67,7 +68,7 @@ def _moe(x: torch.Tensor, lw: dict, out: torch.Tensor) -> torch.Tensor:
         gate = torch.zeros(m, E, 1, dtype=x.dtype, device=x.device).scatter_(1, experts.unsqueeze(2), w.unsqueeze(2))
         h = (x @ lw["all_gu"]).view(m, E, 2 * I)
         a = F.silu(h[..., :I]).mul_(h[..., I:]).mul_(gate)  # (m, E, I)
-        return torch.addmm(out, a.view(m, E * I), lw["all_down"])
+        return out.addmm_(a.view(m, E * I), lw["all_down"])
     flat = experts.reshape(-1)  # (m k,)
     order = flat.argsort()
     token = order // lw["top_k"]  # token of each (token, expert) pair, grouped by expert
@@ -76,7 +77,7 @@ def _moe(x: torch.Tensor, lw: dict, out: torch.Tensor) -> torch.Tensor:
         if c:
             parts.append(_swiglu(xs[s:s + c], lw["e_gu"][e], lw["e_down"][e]))
             s += c
-    return out.index_add(0, token, torch.cat(parts) * w.reshape(-1)[order].unsqueeze(1))
+    return out.index_add_(0, token, torch.cat(parts) * w.reshape(-1)[order].unsqueeze(1))
 
 
 def _mlp(h: torch.Tensor, x: torch.Tensor, lw: dict) -> torch.Tensor:
@@ -103,14 +104,13 @@ class Decoder:
         shape = (len(self.layers), batch, self.n_kv)
         self.k = torch.zeros(*shape, self.d, max_len, dtype=dtype, device=dev)  # keys stored transposed
         self.v = torch.zeros(*shape, max_len, self.d, dtype=dtype, device=dev)
-        self.bias = torch.zeros(batch * self.n_kv, 1, max_len, dtype=dtype, device=dev)  # -inf on left padding
+        self.bias = None  # (B nkv, 1, P): -inf on left padding, set by prefill; None: no padding
 
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """Left-padded prompts (b, P) -> next-token logits (b, V); fills cache columns 0..P-1."""
         b, P = ids.shape
-        pad = torch.zeros(b, P, dtype=self.bias.dtype, device=ids.device).masked_fill_(mask == 0, float("-inf"))
-        self.bias[:b * self.n_kv].zero_()
-        self.bias[:b * self.n_kv, 0, :P] = pad.repeat_interleave(self.n_kv, dim=0)
+        pad = torch.zeros(b, P, dtype=self.embed.dtype, device=ids.device).masked_fill_(mask == 0, float("-inf"))
+        self.bias = pad.repeat_interleave(self.n_kv, dim=0).unsqueeze(1) if bool((mask == 0).any()) else None
         causal = torch.ones(P, P, dtype=torch.bool, device=ids.device).triu(1)  # key j > query i
         m = pad.unsqueeze(1).masked_fill(causal, float("-inf"))  # (b, P, P)
         m.diagonal(dim1=1, dim2=2).zero_()  # a padding query sees itself: no all -inf row
@@ -146,22 +146,24 @@ class Decoder:
         return qk[..., :nq, :], qk[..., nq:, :], qkv[..., nq + nkv:, :]
 
     def _out(self, x, o, lw: dict) -> torch.Tensor:
-        x = torch.addmm(x, o, lw["w_o"])  # residual + o_proj
-        return x if lw["b_o"] is None else x + lw["b_o"]
+        x.addmm_(o, lw["w_o"])  # residual + o_proj, in place
+        return x if lw["b_o"] is None else x.add_(lw["b_o"])
 
     def step(self, tok: torch.Tensor, pos: torch.Tensor, col: int) -> torch.Tensor:
         """Tokens (b,) at positions pos (b,), written to cache column col -> next-token logits (b, V)."""
         b, end = tok.shape[0], col + 1
         nq, nkv, d, r = self.n_q, self.n_kv, self.d, self.n_q // self.n_kv
         cos, sin = F.embedding(pos, self.cos).unsqueeze(1), F.embedding(pos, self.sin).unsqueeze(1)  # (b, 1, d)
-        bias = self.bias[:b * nkv, :, :end]  # (b nkv, 1, end)
+        P = None if self.bias is None else self.bias.shape[-1]
         x = F.embedding(tok, self.embed)  # (b, H)
         for i, lw in enumerate(self.layers):
             q, k, v = self._qkv(_normed(x, self.eps), i, lw, cos, sin, (b,))  # (b, heads, d)
             self.k[i, :b, :, :, col] = k
             self.v[i, :b, :, col] = v
             keys = self.k[i, :b, :, :, :end].view(b * nkv, d, end)
-            s = torch.baddbmm(bias, q.reshape(b * nkv, r, d), keys)  # (b nkv, r, end); scale folded into q
+            s = torch.bmm(q.reshape(b * nkv, r, d), keys)  # (b nkv, r, end); scale folded into q
+            if P is not None:
+                s[:, :, :P] += self.bias[:b * nkv]  # left padding: prompt columns only
             o = torch.bmm(_softmax(s), self.v[i, :b, :, :end].view(b * nkv, end, d))  # (b nkv, r, d)
             x = self._out(x, o.view(b, nq * d), lw)
             x = _mlp(_normed(x, self.eps), x, lw)
@@ -174,5 +176,6 @@ class Decoder:
         src = rows[moved]
         self.k[:, moved, :, :, :cols] = self.k[:, src, :, :, :cols]
         self.v[:, moved, :, :cols] = self.v[:, src, :, :cols]
-        bias = self.bias.view(-1, self.n_kv, *self.bias.shape[1:])  # (B, nkv, 1, S)
-        bias[moved] = bias[src]
+        if self.bias is not None:
+            bias = self.bias.view(-1, self.n_kv, *self.bias.shape[1:])  # (B, nkv, 1, P)
+            bias[moved] = bias[src]
