@@ -13,6 +13,8 @@ log-probs within 1e-5 of the model's forward (tests/test_sampler.py).
 """
 from __future__ import annotations
 
+import time
+
 import torch
 from transformers import DynamicCache
 
@@ -135,11 +137,12 @@ def _fill_holes(done: torch.Tensor) -> torch.Tensor:
 
 
 def _loop(net, prompt_ids, prompt_mask, max_new_tokens: int, eos_id: int, pad_id: int, temperature: float,
-          top_p: float, u) -> tuple:
+          top_p: float, u, deadline: float | None = None) -> tuple:
     """The decode loop of `sample` on an engine (`Decoder` or `_HFModel`) -> ids, logps (B, T), T <= max_new_tokens.
 
     Tokens of the rows in the batch go to (b, T) buffers by plain column writes; a row leaving the batch
     (compaction) is copied out once. Rows keep running past their EOS until compaction (pad is fed in).
+    deadline: a `time.perf_counter()` value after which the loop stops early (calibration runs only).
     """
     (B, P), dev = prompt_ids.shape, prompt_ids.device
     out_ids = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=dev)
@@ -157,7 +160,7 @@ def _loop(net, prompt_ids, prompt_mask, max_new_tokens: int, eos_id: int, pad_id
         T = t + 1
         done = done | (tok == eos_id)
         n_done = int(done.sum())
-        if n_done == len(rows) or T == max_new_tokens:
+        if n_done == len(rows) or T == max_new_tokens or (deadline and time.perf_counter() > deadline):
             break
         if n_done >= COMPACT_AT * len(rows):  # drop finished rows and their cache
             keep, gone = _fill_holes(done), done.nonzero().squeeze(1)

@@ -25,26 +25,29 @@ CALIBRATION_STEPS = 8
 """decode steps timed per candidate (after the prefill of the real prompts)"""
 RECALIBRATE_EVERY = 50
 """calls with one cached plan before it is measured again"""
-MARGIN = 0.05
+MARGIN = 0.1
 """a candidate replaces a simpler one only if it is at least this much faster"""
+ABANDON_AFTER = 2.0
+"""a candidate's calibration run stops at this multiple of the best time so far"""
 _PLANS: dict = {}
 LAST: dict = {}
 """the plan of the latest call and whether it was measured then: {'workers', 'threads', 'measured', 'seconds'}"""
 
 
 def run(weights: dict, ids, mask, loop, args: tuple, u, workers: int = 1, threads: int = 0) -> tuple:
-    """`loop(decoder, ids, mask, *args, u)` on `workers` row shards with `threads` torch threads each
+    """`loop(decoder, ids, mask, *args[:5], u, *args[5:])` on `workers` row shards with `threads` torch threads each
     (0: the process's setting) -> ids, logps (B, T) with shards padded to the longest (pad id args[2])."""
     from .decode import Decoder
 
     S = ids.shape[1] + args[0]
     if workers == 1:
         with cpu_threads(threads):
-            return loop(Decoder(weights, ids.shape[0], S), ids, mask, *args, u)
+            return loop(Decoder(weights, ids.shape[0], S), ids, mask, *args[:5], u, *args[5:])
 
     def shard(rows):
         with torch.inference_mode():  # thread-local: enter it in the worker
-            return loop(Decoder(weights, len(rows), S), ids[rows], mask[rows], *args, None if u is None else u[rows])
+            return loop(Decoder(weights, len(rows), S), ids[rows], mask[rows], *args[:5],
+                        None if u is None else u[rows], *args[5:])
     with cpu_threads(1), ThreadPoolExecutor(workers) as pool:
         outs = list(pool.map(shard, torch.arange(ids.shape[0], device=ids.device).tensor_split(workers)))
     T = max(o[0].shape[1] for o in outs)
@@ -57,20 +60,24 @@ def _candidates(n: int) -> list:
 
 
 def calibrate(weights: dict, ids, mask, loop, n: int) -> tuple:
-    """Fastest (workers, threads) for this batch: CALIBRATION_STEPS greedy steps per candidate, twice."""
+    """Fastest (workers, threads) for this batch: CALIBRATION_STEPS greedy steps per candidate, twice.
+    A candidate is stopped once it has taken `ABANDON_AFTER` times the best time so far (threads that
+    wait at a barrier for a core another job holds can be 20x slower; the measurement must not be)."""
     steps = min(CALIBRATION_STEPS, weights["cos"].shape[0] - ids.shape[1])  # within the RoPE table read
-    args = (steps, -1, 0, 1.0, 1.0)  # eos -1: no row stops early
     best = {c: float("inf") for c in _candidates(n)}
     for _ in range(2):
         for c in best:
             t0 = time.perf_counter()
-            run(weights, ids, mask, loop, args, None, *c)
-            best[c] = min(best[c], time.perf_counter() - t0)
+            limit = min(best.values())
+            args = (steps, -1, 0, 1.0, 1.0, None if limit == float("inf") else t0 + ABANDON_AFTER * limit)
+            run(weights, ids, mask, loop, args, None, *c)  # eos -1: no row stops early
+            s = time.perf_counter() - t0
+            best[c] = min(best[c], s if s < ABANDON_AFTER * limit else float("inf"))
     choice = (1, 1)
     for c, s in best.items():
         if s < best[choice] * (1 - MARGIN):
             choice = c
-    return choice, {f"{w}x{t}": s for (w, t), s in best.items()}
+    return choice, {f"{w}x{t}": None if s == float("inf") else s for (w, t), s in best.items()}  # None: abandoned
 
 
 def plan(weights: dict, ids, mask, loop) -> tuple:
