@@ -4,8 +4,8 @@ Each arm runs in its own process (peak memory is a per-process high-water mark):
 then --steps measured RL steps with the same prompts, group size and budget. Printed per arm: median
 step time (wall and this process's CPU time, which other jobs on a busy machine disturb less) and its
 phases; the peak memory of building the Trainer and running the steps, above the process's memory
-once torch, transformers and peft are loaded (CPU: RSS sampled every 2 ms, allocator slack included;
-CUDA: max allocated); and the exact static bytes of parameters + optimiser states.
+once torch, transformers and peft are loaded (CPU: RSS sampled every 2 ms in a second run of the arm
+with MMAP_ENV; CUDA: max allocated); and the exact static bytes of parameters + optimiser states.
 Then the ratios PPO / GRPO beside the parameter-count arithmetic at 0.5B (gpolib.value.cost_arithmetic).
 Timings are ratios from one invocation; on a busy machine rerun it before reading them.
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -112,6 +113,18 @@ def run_arm(arm: str, args) -> dict:
             "peak_bytes_above_start": mem.above_start, "static_bytes": _static_bytes(trainer)}
 
 
+MMAP_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536"}
+"""glibc serves blocks >= 64 KiB by mmap and unmaps them on free, so the sampled RSS tracks the live
+tensors instead of the allocator's retained heap (it slows the process: timings come from a run without it)"""
+
+
+def _child(arm: str, env: dict) -> dict:
+    """Run one arm in a fresh process (with `env` added) and return its JSON result."""
+    out = subprocess.run([sys.executable, __file__, "--arm", arm] + sys.argv[1:], check=True, capture_output=True,
+                         text=True, cwd=ROOT, env={**os.environ, **env}).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def arithmetic_05b(lora_r: int) -> dict:
     from transformers import Qwen2Config
     from gpolib.value import cost_arithmetic
@@ -135,9 +148,9 @@ def main() -> None:
         return
     results = {}
     for arm in ("grpo", "ppo"):
-        out = subprocess.run([sys.executable, __file__, "--arm", arm] + sys.argv[1:], check=True,
-                             capture_output=True, text=True, cwd=ROOT).stdout
-        results[arm] = json.loads(out.strip().splitlines()[-1])
+        results[arm] = _child(arm, {})
+        if not args.device.startswith("cuda"):  # memory from a second run whose RSS follows the live bytes
+            results[arm]["peak_bytes_above_start"] = _child(arm, MMAP_ENV)["peak_bytes_above_start"]
     mib = lambda b: f"{b / 2**20:8.1f} MiB"
     for arm, r in results.items():
         value = "" if r["value_s"] is None else f", of which value {r['value_s']:.2f}"

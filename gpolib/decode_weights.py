@@ -47,8 +47,8 @@ def _linear(mod) -> tuple:
     base = mod.get_base_layer() if hasattr(mod, "get_base_layer") else mod
     if type(base) is not torch.nn.Linear:
         raise Unsupported(f"projection {type(base).__name__}")
-    w = base.weight.detach()
-    return (w if delta is None else w + delta), (None if base.bias is None else base.bias.detach())
+    w = base.weight.detach()  # LoRA factors may be kept in fp32 beside a bf16 base: the sum takes the base's dtype
+    return (w if delta is None else (w + delta).to(w.dtype)), (None if base.bias is None else base.bias.detach())
 
 
 def _experts(mod) -> tuple:
@@ -62,7 +62,7 @@ def _experts(mod) -> tuple:
     if type(mod).__name__ != "Qwen3MoeExperts" or getattr(mod, "is_transposed", False):
         raise Unsupported(f"experts {type(mod).__name__}")
     gate_up, down = mod.gate_up_proj.detach(), mod.down_proj.detach()
-    return gate_up + deltas.get("gate_up_proj", 0), down + deltas.get("down_proj", 0)
+    return (gate_up + deltas.get("gate_up_proj", 0)).to(gate_up.dtype), (down + deltas.get("down_proj", 0)).to(down.dtype)
 
 
 def _cat_bias(biases: list, sizes: list, like: torch.Tensor):
