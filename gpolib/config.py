@@ -140,7 +140,7 @@ class TrainConfig:
     rollout_autocast: Optional[str] = None
     """None, 'bfloat16' or 'float16': sample rollouts under torch.autocast in that dtype, a reduced-precision
     rollout engine whose log-probs (`old_logps='engine'`, GSPO Sec. 5.4) differ from the trainer's."""
-    backend: str = "hf"
+    backend: str = "decoder"
     """rollout engine: 'decoder' (gpolib/decode.py: the Qwen3 / Qwen3-MoE / Qwen2 layers re-written for
     decoding, preallocated KV cache, LoRA folded in, finished rows dropped; other architectures use 'hf'),
     'hf' (transformers forward + KV cache, finished rows dropped), 'hf_generate' (transformers generate), or

@@ -2,8 +2,8 @@
 
 Backends share one interface, `generate(model, tokenizer, prompts, ...)`:
   "decoder"     the sampling loop of `sampler.py` on `decode.Decoder` (the Qwen3 / Qwen3-MoE / Qwen2 layers
-                re-written for decoding: preallocated KV cache, fused projections, LoRA folded in);
-                other architectures fall back to "hf";
+                re-written for decoding: preallocated KV cache, fused projections, LoRA folded in;
+                default); other architectures fall back to "hf";
   "hf"          the same loop on the transformers model forward with a KV cache, left padding, finished
                 rows dropped from the batch (CPU and GPU; 40% faster than `generate` here);
   "hf_generate" transformers `generate` itself (reference; same greedy output, tested);
@@ -174,7 +174,7 @@ def autocast(dtype, device: str):
 
 
 def generate(model, tokenizer, prompts: list, group_size: int, max_new_tokens: int, temperature: float = 1.0,
-             top_p: float = 1.0, backend: str = "hf", greedy: bool = False, engine=None) -> Rollout:
+             top_p: float = 1.0, backend: str = "decoder", greedy: bool = False, engine=None) -> Rollout:
     """Roll out with the chosen backend; `engine` is a prepared vLLM engine for backend='vllm'."""
     if backend in ("hf", "decoder"):
         return hf_sample(model, tokenizer, prompts, group_size, max_new_tokens, temperature, top_p, greedy,

@@ -21,6 +21,8 @@ from .verdicts import EXACT_TOL, NOT, REPRODUCED, Verdict
 
 ARMS = {"grpo": {"preset": "grpo"}, "dr_grpo": {"preset": "dr_grpo"}}
 """Sec. 3.2: GRPO against Dr. GRPO, everything else shared"""
+HOME = {"grpo": "01_grpo"}
+"""the GRPO arm is notebook 01's runs (same budget, same configuration): trained once, reused here"""
 
 
 # ---------------------------------------------------------------- question level: std scaling

@@ -21,6 +21,10 @@ RULES = {"G1": G1_RULE}
 """claim id -> the rule that judges it and writes its criterion"""
 
 
+ARMS = {"grpo": {"preset": "grpo"}}
+"""G1's one arm: GRPO with the defaults (notebooks 06 and 07 reuse these runs as their baseline)"""
+
+
 def advantage_table(rewards: torch.Tensor, group_size: int) -> pd.DataFrame:
     """Rewards and group-relative advantages (DeepSeekMath Eq. 3) under scale 'group' and 'none' (Dr. GRPO)."""
     n = len(rewards)

@@ -51,13 +51,17 @@ def configs(arms: dict, shared: dict, seeds=None) -> dict:
     return out
 
 
-def run_dirs(profile: str, notebook: str, cfgs: dict) -> dict:
+def run_dirs(profile: str, notebook: str, cfgs: dict, home: dict | None = None) -> dict:
     """Run name -> its folder, keyed by configuration: "gspo/seed0" -> `.../gspo-seed0-<key[:8]>`.
 
     The key (`gpolib.identity.run_key`) covers every non-default field and the fingerprints of the model
     and task files, so a changed parameter, params file, model or task gets a new folder beside the old one.
+    home: arm -> the notebook whose folder holds that arm's runs, e.g. {"grpo": "01_grpo"}: a baseline
+    shared by several notebooks is trained once (same configuration, same key, same folder) and reused.
     """
-    return {name: run_dir(profile, notebook, identity.folder_name(name, cfg)) for name, cfg in cfgs.items()}
+    home = home or {}
+    return {name: run_dir(profile, home.get(name.split("/")[0], notebook), identity.folder_name(name, cfg))
+            for name, cfg in cfgs.items()}
 
 
 def folder_table(dirs: dict) -> pd.DataFrame:

@@ -1,0 +1,99 @@
+"""Train the runs a notebook will ask for ahead of it, several processes at once.
+
+    python -m gpolib.lab.prefetch --profile full --only 01,06 --jobs 2
+
+A notebook trains its runs one after another in its kernel; on a machine with n cores, n one-thread
+processes finish the same runs about n times sooner than one n-thread process (decoding small models
+does not scale across threads). This builds each notebook's configurations exactly as its cells do
+(`runs.budget` from the parameters cell and the profile, `runs.configs` over the lab module's `ARMS`,
+`runs.run_dirs` with its `HOME`), trains the unfinished ones, and leaves them for the notebook to reuse:
+its folder table then says `finished` for every run. A run shared by two notebooks (a `HOME` baseline)
+is trained once.
+
+A notebook takes part when its lab module (`gpolib.lab.<name without the NN_ prefix>`) defines `ARMS`.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import multiprocessing as mp
+import time
+from pathlib import Path
+
+from .. import paths
+from . import runs, workbook
+
+BUDGET_PARAMS = {"STEPS": "steps", "PROMPTS_PER_STEP": "prompts_per_step", "EVAL_PROMPTS": "eval_prompts",
+                 "EVAL_SAMPLES": "eval_samples", "MODEL": "model", "DEVICE": "device", "DTYPE": "dtype",
+                 "GROUP": "group_size"}
+"""parameters-cell name -> `runs.budget` keyword (GROUP only where the notebook has one)"""
+
+
+def notebook_params(job: workbook.Job) -> dict:
+    """The notebook's parameters as papermill will set them: the cell's defaults, then the profile's."""
+    return {**workbook.notebook_defaults(job.source), **job.params}
+
+
+def notebook_runs(job: workbook.Job) -> dict:
+    """Run name -> (TrainConfig, folder) for every run the notebook trains; {} if its module has no ARMS."""
+    module = importlib.import_module(f"gpolib.lab.{job.name.split('_', 1)[1]}")
+    arms = getattr(module, "ARMS", None)
+    if arms is None:
+        return {}
+    p = notebook_params(job)
+    shared = runs.budget(**{kw: p[name] for name, kw in BUDGET_PARAMS.items() if name in p})
+    cfgs = runs.configs(arms, shared, seeds=range(p.get("SEEDS", 1)))
+    dirs = runs.run_dirs(p["PROFILE"], job.name, cfgs, getattr(module, "HOME", None))
+    return {name: (cfg, dirs[name]) for name, cfg in cfgs.items()}
+
+
+def pending(jobs: list) -> list:
+    """(label, config, folder) of every unfinished run, each folder once, in notebook order."""
+    out, seen = [], set()
+    for job in jobs:
+        for name, (cfg, folder) in notebook_runs(job).items():
+            if folder in seen or (Path(folder) / "summary.json").exists():
+                continue
+            seen.add(folder)
+            out.append((f"{job.prefix} {name}", cfg, folder))
+    return out
+
+
+def _train_one(item: tuple) -> tuple:
+    """Worker: one run on one thread; returns (label, seconds)."""
+    import torch
+
+    from ..train import train
+    torch.set_num_threads(1)
+    label, cfg, folder = item
+    t0 = time.perf_counter()
+    train(cfg, folder, progress=False)
+    return label, time.perf_counter() - t0
+
+
+def prefetch(profile: str, only: list | None, n_jobs: int) -> int:
+    """Train the pending runs of the selected notebooks with n_jobs one-thread processes; returns how many."""
+    todo = pending(workbook.plan(profile, only, paths.repo_root() / "notebooks"))
+    print(f"{len(todo)} run(s) to train with {n_jobs} process(es)", flush=True)
+    for label, _, folder in todo:
+        print(f"  {label:40s} {paths.relative(folder)}", flush=True)
+    t0 = time.perf_counter()
+    with mp.get_context("spawn").Pool(n_jobs, maxtasksperchild=1) as pool:
+        for i, (label, secs) in enumerate(pool.imap_unordered(_train_one, todo), 1):
+            print(f"[{i}/{len(todo)}] {label} done in {secs:.0f} s ({time.perf_counter() - t0:.0f} s so far)",
+                  flush=True)
+    return len(todo)
+
+
+def main(argv: list | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m gpolib.lab.prefetch", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--profile", default="full", help="params profile: notebooks/params/<profile>.yaml")
+    ap.add_argument("--only", help="comma-separated notebook prefixes, e.g. 01,06 (default: all)")
+    ap.add_argument("--jobs", type=int, default=2, help="one-thread training processes at once")
+    args = ap.parse_args(argv)
+    prefetch(args.profile, args.only.split(",") if args.only else None, args.jobs)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
