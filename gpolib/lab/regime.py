@@ -115,3 +115,16 @@ def trained_policy(cfg, run_dir, device: str = "cpu", dtype: str = "float32"):
     with warnings.catch_warnings():  # peft 0.21 reads `model.is_gradient_checkpointing`, deprecated in transformers 5
         warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
         return PeftModel.from_pretrained(base, str(Path(run_dir) / "adapter")).eval(), tok
+
+
+def eval_noise(cfg, seeds=(12345, 2027)) -> pd.DataFrame:
+    """The evaluation's own noise: the base policy (a run's step-0 evaluation, LoRA at zero) under two evaluation
+    sampling seeds, everything else equal; the last row is their difference. Rows: eval_seed, columns as in
+    `Trainer.evaluate` (held-out acc/sample at T = 1, acc/greedy, lengths)."""
+    from dataclasses import replace
+
+    from ..train import Trainer
+
+    rows = {f"eval_seed {s}": Trainer(replace(cfg, eval_seed=s)).evaluate(0) for s in seeds}
+    df = pd.DataFrame.from_dict(rows, orient="index").drop(columns="step")
+    return pd.concat([df, (df.iloc[[1]] - df.iloc[0].values).rename(index=lambda _: "difference")])
