@@ -81,7 +81,10 @@ def adaptive_k(group_mean_rewards: torch.Tensor, k_easy: int, group_size: int,
 
     Quartiles of mean reward (from `history`, the running record of group means, or the batch itself):
     easiest quartile keeps k_easy, the next round((k_easy + G/2) / 2), the two hardest G/2
-    (with G = 16, k_easy = 4: 4 / 6 / 8 / 8, the paper's setting). Returns (n_groups,) long.
+    (with G = 16, k_easy = 4: 4 / 6 / 8 / 8, the paper's setting). Harder prompts keep more answers. Buckets:
+    r <= q50 -> G/2, q50 < r <= q75 -> mid, r > q75 -> k_easy (a mean equal to a quartile goes to the harder
+    side; with 0/1 rewards many groups share a mean, so a bucket can hold more or less than a quarter).
+    Returns (n_groups,) long.
     """
     ref = (history if history is not None and history.numel() >= 4 else group_mean_rewards).float()
     q = torch.quantile(ref, torch.tensor([0.25, 0.5, 0.75]))  # low -> high reward

@@ -60,3 +60,47 @@ def test_adaptive_k_quartiles():
     means = torch.tensor([0.0, 0.1, 0.2, 0.3, 0.5, 0.6, 0.9, 1.0])
     ks = adaptive_k(means, k_easy=4, group_size=16)
     assert ks.tolist() == [8, 8, 8, 8, 6, 6, 4, 4]
+
+
+def test_adaptive_k_quartiles_from_the_running_record():
+    # a running record spread evenly over [0, 1]: quartiles 0.25 / 0.5 / 0.75 (torch.quantile, linear)
+    history = torch.linspace(0, 1, 101)
+    batch = torch.tensor([0.6, 0.7, 0.8, 0.9])
+    # against the record these prompts are medium (0.6, 0.7 in (0.5, 0.75]) and easy (0.8, 0.9 > 0.75)
+    assert adaptive_k(batch, k_easy=4, group_size=16, history=history).tolist() == [6, 6, 4, 4]
+    # against the batch alone (quartiles 0.675 / 0.75 / 0.825) the same prompts span all four buckets
+    assert adaptive_k(batch, k_easy=4, group_size=16).tolist() == [8, 8, 6, 4]
+    # fewer than 4 recorded means: the batch defines the quartiles
+    assert adaptive_k(batch, k_easy=4, group_size=16, history=torch.tensor([0.0, 1.0])).tolist() == [8, 8, 6, 4]
+    # a value equal to a quartile falls in the harder bucket (r <= q50: 8, q50 < r <= q75: 6, r > q75: k_easy)
+    assert adaptive_k(torch.tensor([0.25, 0.5, 0.75, 0.76]), 4, 16, history).tolist() == [8, 8, 6, 4]
+    # G = 8, k_easy = 2: the two hardest keep G/2 = 4, the next round(3) = 3, the easiest 2
+    assert adaptive_k(torch.tensor([0.1, 0.4, 0.6, 0.9]), 2, 8, history).tolist() == [4, 4, 3, 2]
+
+
+def test_adaptive_gfpo_in_collect_keeps_k_per_group_and_records_means():
+    from types import SimpleNamespace
+
+    from gpolib import presets
+    from gpolib.collect import advantages
+    from gpolib.rollout import Rollout
+
+    G, n = 16, 4
+    cfg = presets.get("gfpo", group_size=G, gfpo_k=4, gfpo_adaptive=True)
+    correct_per_group = [1, 4, 10, 15]  # group means 1/16, 4/16, 10/16, 15/16
+    correct = torch.tensor([float(j < c) for c in correct_per_group for j in range(G)])  # (64,)
+    lengths = torch.arange(1, G * n + 1)  # (64,) all distinct
+    T = int(lengths.max())
+    mask = (torch.arange(T) < lengths[:, None]).long()  # (64, T)
+    ro = Rollout(torch.zeros(G * n, 1, dtype=torch.long), torch.ones(G * n, 1, dtype=torch.long), mask.clone(), mask,
+                 torch.zeros(G * n, T), torch.zeros(G * n, dtype=torch.bool), [""] * (G * n),
+                 torch.arange(n).repeat_interleave(G))
+    trainer = SimpleNamespace(cfg=cfg, group_means=[0.0] * 8 + [1.0] * 8)  # a record: half all-wrong, half all-correct
+    batch = advantages(trainer, ro, correct, correct.clone(), {})
+    # record after this batch (20 means): 8 x 0, 1/16, 4/16, 10/16, 15/16, 8 x 1; quartiles (linear) 0 / 7/16 / 1:
+    # 1/16, 4/16 <= q50 keep 8; 10/16, 15/16 in (q50, q75] keep 6 (no mean exceeds q75 = 1)
+    assert torch.bincount(batch.rollout.prompt_index, minlength=n).tolist() == [8, 8, 6, 6]
+    assert trainer.group_means[-4:] == pytest.approx([c / G for c in correct_per_group])
+    assert len(trainer.group_means) == 20
+    # the kept rows of each group are its shortest (lengths rise with the row index inside a group)
+    assert batch.rollout.lengths.tolist() == [*range(1, 9), *range(17, 25), *range(33, 39), *range(49, 55)]

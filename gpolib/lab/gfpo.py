@@ -26,6 +26,10 @@ ARMS = {
     "gfpo-k4-g16-short": {"preset": "gfpo", "group_size": 16, "gfpo_k": 4, "gfpo_metric": "length"},
     "gfpo-k6-g8-short": {"preset": "gfpo", "group_size": 8, "gfpo_k": 6, "gfpo_metric": "length"},
     "gfpo-k8-g16-eff": {"preset": "gfpo", "group_size": 16, "gfpo_k": 8, "gfpo_metric": "efficiency"},
+    # GFPO Alg. 2: G = 16, k from the prompt's mean-reward quartile over a running record of group means:
+    # easiest quartile keeps gfpo_k = 4, the next 6, the two hardest 8 (harder prompts keep more answers)
+    "gfpo-adaptive-g16": {"preset": "gfpo", "group_size": 16, "gfpo_k": 4, "gfpo_metric": "length",
+                          "gfpo_adaptive": True},
 }
 """run name -> preset and fields: group size G, kept k, ranking metric (equal prompts per step for all)"""
 F1_ARM = "gfpo-k8-g16-short"
