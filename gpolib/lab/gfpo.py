@@ -5,11 +5,18 @@
 - excess length reduction (Eq. 4), `elr`; held-out accuracy, length, reduction and ELR per run, `variant_table`;
 - F1 and F2 over seeds, paired by seed, resting on the premise that GRPO lengthens answers (`stats`):
   `f_evidence`, `verdict_f1`, `verdict_f2`; `ELR_WHY` says why an ELR is missing; the variant table averaged
-  over seeds, `seed_table`.
+  over seeds, `seed_table`;
+- beside the verdicts: held-out accuracy of each variant minus GRPO's with its paired interval, `accuracy_vs_grpo`;
+  ELR per variant with its interval beside the paper's averages, `elr_table`; generation cost per step from the
+  runs' metrics, `generation_cost`;
+- where the length went, from completions sampled on held-out prompts with each final policy (`heldout_completions`):
+  mean length by difficulty bucket, `bucket_lengths`; tokens per kind of line and product lines written long or
+  direct, `line_budget`; both per run, then `arm_means` over seeds.
 Derivations live in notebook 05; docstrings name the formula they compute.
 """
 from __future__ import annotations
 
+import math
 import statistics
 
 import pandas as pd
@@ -17,7 +24,8 @@ import torch
 
 from ..groups import gfpo_advantages, gfpo_keep, gfpo_scores
 from ..objectives import ADV_EPS
-from . import stats
+from ..tasks import line_kinds, product_steps
+from . import regime, stats
 
 ARMS = {
     # the baseline: the same loss (token-mean, Clip-Higher), G = 8, no filter
@@ -44,6 +52,10 @@ F2_MORE = stats.Greater("length reduction vs GRPO, k/G 4/16 - 6/8", fmt="+.1%")
 F2_RULE = stats.AllOf(parts=(F2_MORE,), premises=(PREMISE,))
 RULES = {"F1": F1_RULE, "F2": F2_RULE}
 """claim id -> the rule that judges it and writes its criterion"""
+PAPER_ELR = {"gfpo-k6-g8-short": (0.048, "6/8"), "gfpo-k8-g16-short": (0.297, "8/16"),
+             "gfpo-k4-g16-short": (0.582, "4/24"), "gfpo-k8-g16-eff": (0.795, "token efficiency 8/16"),
+             "gfpo-adaptive-g16": (0.460, "adaptive difficulty")}
+"""arm -> (the paper's average ELR over its benchmarks, the paper's setting); 4/24 is the paper's, 4/16 our closest"""
 ELR_WHY = "GRPO did not lengthen answers over the base (L_GRPO <= L_SFT): Eq. 4 has no excess length to divide by"
 """why an ELR is null in the evidence (`report.record(..., why={"elr": ELR_WHY})`)"""
 
@@ -150,3 +162,122 @@ def verdict_f2(e: dict) -> stats.Verdict:
 
 
 VERDICTS = {"F1": verdict_f1, "F2": verdict_f2}
+
+
+# ---------------------------------------------------------------- beside the verdicts: intervals per variant
+
+def _interval_row(iv: stats.Interval) -> dict:
+    return {"mean": iv.mean, "95% lo": iv.lo, "95% hi": iv.hi, "n": iv.n}
+
+
+def accuracy_vs_grpo(summaries: dict, seeds, key: str = "acc/sample") -> pd.DataFrame:
+    """Held-out `key` at the end of each variant minus GRPO's, paired by seed: rows variants; columns the
+    seed means of both, the mean difference and its 95% t-interval (n-1 df; no interval from one seed)."""
+    seeds = list(seeds)
+    grpo = [_at(summaries, "grpo", s, key) for s in seeds]
+    rows = {}
+    for arm in ARMS:
+        if arm == "grpo":
+            continue
+        ours = [_at(summaries, arm, s, key) for s in seeds]
+        iv = stats.paired(ours, grpo)
+        rows[arm] = {key: sum(ours) / len(ours), f"{key} GRPO": sum(grpo) / len(grpo),
+                     **{f"diff {k}": v for k, v in _interval_row(iv).items()}}
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def elr_table(e: dict) -> pd.DataFrame:
+    """ELR of each variant (`f_evidence(...)["elr"]`, one per seed): mean and 95% t-interval over seeds beside the
+    paper's average and setting (`PAPER_ELR`). NaN throughout when an ELR is undefined in any seed (`ELR_WHY`)."""
+    rows = {}
+    for arm, vals in e["elr"].items():
+        paper, setting = PAPER_ELR.get(arm, (float("nan"), ""))
+        defined = all(v is not None and math.isfinite(v) for v in vals)
+        iv = _interval_row(stats.mean_interval(vals)) if defined else {
+            "mean": float("nan"), "95% lo": None, "95% hi": None, "n": len(vals)}
+        rows[arm] = {**{f"ELR {k}": v for k, v in iv.items()}, "ELR per seed": [round(v, 3) for v in vals],
+                     "paper ELR": paper, "paper setting": setting}
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+COST_KEYS = {"samples / step": "gen/samples", "tokens / step": "gen/tokens", "rollout s / step": "time/rollout_s",
+             "update s / step": "time/train_s"}
+"""column -> metric: what each step generated and how long generating and updating took"""
+
+
+def generation_cost(metrics: dict, seeds, baseline: str = "grpo") -> pd.DataFrame:
+    """Per arm: `COST_KEYS` averaged over the steps of each run, then over seeds; the step's wall time (rollout +
+    update) and each variant's samples and wall time as a multiple of the baseline's."""
+    seeds = list(seeds)
+    rows = {}
+    for arm in ARMS:
+        per_seed = [{col: statistics.fmean(float(m[k]) for m in metrics[f"{arm}/seed{s}"]) for col, k in COST_KEYS.items()}
+                    for s in seeds]
+        rows[arm] = {col: statistics.fmean(r[col] for r in per_seed) for col in COST_KEYS}
+        rows[arm]["step s"] = rows[arm]["rollout s / step"] + rows[arm]["update s / step"]
+    out = pd.DataFrame.from_dict(rows, orient="index")
+    out["samples x GRPO"] = out["samples / step"] / out.loc[baseline, "samples / step"]
+    out["step s x GRPO"] = out["step s"] / out.loc[baseline, "step s"]
+    return out
+
+
+# ---------------------------------------------------------------- where the length went (held-out completions)
+
+def heldout_completions(cfg, run_dir, n_prompts: int, n_samples: int, seed: int, device: str = "cpu",
+                        dtype: str = "float32"):
+    """(rollout, tasks): `n_samples` responses at T = 1, top-p 1 to each of the first `n_prompts` held-out prompts,
+    from the final policy of the run of `cfg` in `run_dir` (its LoRA adapter), or from the base model when
+    `run_dir` is None. Torch seed `seed` before sampling: every policy sees the same prompts and random stream."""
+    import torch
+
+    from ..models import load_policy
+    from ..rollout import generate
+    from ..tasks import load_tasks, render_prompt
+    from ..train import EVAL_TEMPERATURE
+
+    if run_dir is None:
+        model, tok = load_policy(cfg.model, lora_r=0, device=device, dtype=dtype)
+    else:
+        model, tok = regime.trained_policy(cfg, run_dir, device=device, dtype=dtype)
+    tasks = load_tasks(cfg.task_eval)[:n_prompts]
+    prompts = [render_prompt(tok, t["prompt"], cfg.prompt_style) for t in tasks]
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        ro = generate(model.eval(), tok, prompts, n_samples, cfg.max_new_tokens, EVAL_TEMPERATURE, 1.0, cfg.backend)
+    return ro, tasks
+
+
+def line_budget(texts: list) -> pd.DataFrame:
+    """One row per completion: tokens (characters) per kind of line (`tasks.line_kinds`: long products, direct
+    products, sums, answer, other), the number of product lines written long and direct, and of those the
+    hard ones (a multiplicand of >= 3 digits)."""
+    rows = []
+    for t in texts:
+        steps = product_steps(t)
+        hard = [p for p in steps if p["digits"] >= 3]
+        rows.append({**{f"{k} tokens": v for k, v in line_kinds(t).items()},
+                     "long lines": sum(p["form"] == "long" for p in steps),
+                     "direct lines": sum(p["form"] == "direct" for p in steps),
+                     "hard long lines": sum(p["form"] == "long" for p in hard),
+                     "hard direct lines": sum(p["form"] == "direct" for p in hard)})
+    return pd.DataFrame(rows)
+
+
+def run_lines(table: pd.DataFrame, texts: list) -> pd.Series:
+    """One run's completions summarised: mean `line_budget` per response, mean length, accuracy, and the share of
+    hard product lines (multiplicand >= 3 digits) written long. `table` is `regime.completion_table`."""
+    lines = line_budget(texts).mean()
+    hard = lines["hard long lines"] + lines["hard direct lines"]
+    return pd.concat([pd.Series({"length": float(table["length"].mean()), "acc": float(table["correct"].mean())}),
+                      lines, pd.Series({"hard long share": lines["hard long lines"] / hard if hard else float("nan")})])
+
+
+def bucket_lengths(table: pd.DataFrame) -> pd.Series:
+    """One run's mean completion length per difficulty bucket (`regime.BUCKETS`, by `tasks` hardness)."""
+    return table.groupby("bucket")["length"].mean().reindex([b for b, _, _ in regime.BUCKETS])
+
+
+def arm_means(per_run: dict) -> pd.DataFrame:
+    """Run name -> Series, averaged over the seeds of each arm ("<arm>/seed<s>" -> "<arm>"); other names kept."""
+    frame = pd.DataFrame(per_run).T
+    return frame.groupby(lambda run: run.split("/seed")[0], sort=False).mean()
