@@ -1,6 +1,7 @@
 """Dr. GRPO's two biases (Sec. 3.1) on hand-computed numbers: std scaling and the 1/|o_i| normaliser."""
 import math
 
+import pandas as pd
 import pytest
 
 from gpolib import LossConfig, presets
@@ -92,3 +93,47 @@ def test_growth_table_and_eval_table():
     e = runs.eval_table({"grpo/seed0": s}, keys=("acc/sample", "len/mean"))
     assert e.loc["grpo/seed0", ("len/mean", "end")] == 25.0
     assert e.loc["grpo/seed0", ("acc/sample", "start")] == 0.5
+
+
+T975_2 = 4.302652729911275  # t quantile 0.975, 2 df
+
+
+def test_growth_intervals_one_sample_and_paired():
+    g = pd.DataFrame({"len/incorrect": {"grpo/seed0": 10.0, "grpo/seed1": 14.0, "grpo/seed2": 12.0,
+                                        "dr_grpo/seed0": 1.0, "dr_grpo/seed1": 3.0, "dr_grpo/seed2": 2.0}})
+    t = lb.growth_intervals(g, range(3))
+    half = T975_2 * 2.0 / 3 ** 0.5  # GRPO: mean 12, sd 2
+    assert t.loc["grpo", "mean"] == 12.0 and t.loc["grpo", "95% lo"] == pytest.approx(12 - half)
+    # differences 9, 11, 10: mean 10, sd 1
+    assert t.loc["grpo - dr_grpo", "mean"] == 10.0
+    assert t.loc["grpo - dr_grpo", "95% hi"] == pytest.approx(10 + T975_2 / 3 ** 0.5)
+    assert t.loc["dr_grpo", "n"] == 3
+
+
+def test_token_efficiency_and_end_comparison():
+    assert lb.token_efficiency({"acc/sample": 0.5, "len/mean": 125.0}) == pytest.approx(4.0)
+    ev = lambda acc, length: {"acc/sample": acc, "len/mean": length}
+    s = {f"grpo/seed{i}": {"eval_start": ev(0.4, 80.0), "eval_end": ev(a, 100.0)} for i, a in enumerate((0.5, 0.6))}
+    s |= {f"dr_grpo/seed{i}": {"eval_start": ev(0.4, 80.0), "eval_end": ev(a, 80.0)} for i, a in enumerate((0.52, 0.6))}
+    t = lb.end_comparison(s, range(2), keys=("acc/sample", "len/mean", "token efficiency"))
+    assert t.loc["acc/sample", "Dr - GRPO mean"] == pytest.approx(0.01)
+    assert t.loc["len/mean", "GRPO change"] == 20.0 and t.loc["len/mean", "Dr. GRPO change"] == 0.0
+    # token efficiency per seed: GRPO 5.0, 6.0; Dr. GRPO 6.5, 7.5 -> differences 1.5, 1.5 (sd 0)
+    assert t.loc["token efficiency", "GRPO"] == pytest.approx(5.5)
+    assert t.loc["token efficiency", "Dr - GRPO mean"] == pytest.approx(1.5)
+    assert t.loc["token efficiency", "Dr - GRPO 95% lo"] == pytest.approx(1.5)
+
+
+def test_r2_statement_no_stronger_than_the_verdict():
+    from gpolib.lab import stats
+
+    up = lb.verdict_r2({"growth_grpo": [10.0, 14.0, 12.0], "growth_dr": [1.0, 3.0, 2.0]})
+    assert up.word == "reproduced"
+    assert lb.r2_statement(up).startswith("In our runs GRPO grew its incorrect answers longer")
+    assert "grew more under GRPO than under Dr. GRPO" in lb.r2_statement(up)
+    noisy = lb.verdict_r2({"growth_grpo": [10.0, -8.0, 4.0], "growth_dr": [1.0, 3.0, 2.0]})
+    assert noisy.parts[0].word == "partly" and "do not establish" in lb.r2_statement(noisy)
+    down = lb.verdict_r2({"growth_grpo": [-3.0, -1.0, -2.0], "growth_dr": [1.0, 3.0, 2.0]})
+    s = lb.r2_statement(down)
+    assert s.startswith("Our runs do not show GRPO growing") and "did not grow more" in s
+    assert lb.r2_statement(stats.for_profile(up, "smoke")).startswith("Smoke run: no statement")

@@ -3,7 +3,10 @@
 - question-level difficulty bias: the group std in the advantage, `advantage_check`;
 - response-level length bias: the 1/|o_i| normaliser, `token_weights` / `weight_check`;
 - incorrect answers growing longer during training (Sec. 3.2), `ARMS`, `growth` / `growth_table`;
-- R1 (exact) and R2 (`R2_RULE`: GRPO's growth > 0, and > Dr. GRPO's paired by seed): `verdict_r1`, `verdict_r2`.
+- R1 (exact) and R2 (`R2_RULE`: GRPO's growth > 0, and > Dr. GRPO's paired by seed): `verdict_r1`, `verdict_r2`;
+  the sentence a notebook may print about it, only as strong as the verdict, `r2_statement`;
+- beside the verdict: each arm's growth with its interval and the paired difference, `growth_intervals`; held-out
+  accuracy, lengths and token efficiency at the end, Dr. GRPO minus GRPO paired by seed, `end_comparison`.
 Derivations live in notebook 06; docstrings name the formula they compute.
 """
 from __future__ import annotations
@@ -136,3 +139,71 @@ def verdict_r2(e: dict) -> stats.Verdict:
 
 
 VERDICTS = {"R1": verdict_r1, "R2": verdict_r2}
+
+
+# ---------------------------------------------------------------- beside the verdict
+
+def _row(iv: stats.Interval) -> dict:
+    return {"mean": iv.mean, "95% lo": iv.lo, "95% hi": iv.hi, "n": iv.n}
+
+
+def growth_intervals(growth: pd.DataFrame, seeds, key: str = "len/incorrect") -> pd.DataFrame:
+    """`growth_table` column `key` over seeds: each arm's mean growth with its one-sample 95% t-interval, and
+    GRPO minus Dr. GRPO paired by seed (rows "grpo", "dr_grpo", "grpo - dr_grpo")."""
+    seeds = list(seeds)
+    g = {arm: [float(growth.loc[f"{arm}/seed{s}", key]) for s in seeds] for arm in ARMS}
+    rows = {arm: _row(stats.mean_interval(v)) for arm, v in g.items()}
+    rows["grpo - dr_grpo"] = _row(stats.paired(g["grpo"], g["dr_grpo"]))
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def token_efficiency(evaluation: dict) -> float:
+    """Held-out correct answers per 1,000 generated tokens: 1000 * acc/sample / len/mean (one evaluation)."""
+    return 1000.0 * evaluation["acc/sample"] / evaluation["len/mean"]
+
+
+END_KEYS = ("acc/sample", "acc/greedy", "len/mean", "len/correct", "len/incorrect", "token efficiency")
+"""held-out quantities `end_comparison` compares at the end of training"""
+
+
+def end_comparison(summaries: dict, seeds, keys=END_KEYS) -> pd.DataFrame:
+    """Held-out values at the end of training: rows `keys`; columns the seed means of GRPO and Dr. GRPO, the
+    change of each over its run (end - start, seed mean), and Dr. GRPO - GRPO paired by seed with its 95%
+    t-interval. 'token efficiency' is `token_efficiency`."""
+    seeds = list(seeds)
+
+    def val(arm, s, k, when="end"):
+        e = summaries[f"{arm}/seed{s}"][f"eval_{when}"]
+        return token_efficiency(e) if k == "token efficiency" else e[k]
+
+    rows = {}
+    for k in keys:
+        end = {arm: [val(arm, s, k) for s in seeds] for arm in ARMS}
+        change = {arm: [val(arm, s, k) - val(arm, s, k, "start") for s in seeds] for arm in ARMS}
+        iv = stats.paired(end["dr_grpo"], end["grpo"])
+        rows[k] = {"GRPO": sum(end["grpo"]) / len(seeds), "Dr. GRPO": sum(end["dr_grpo"]) / len(seeds),
+                   "GRPO change": sum(change["grpo"]) / len(seeds), "Dr. GRPO change": sum(change["dr_grpo"]) / len(seeds),
+                   **{f"Dr - GRPO {c}": v for c, v in _row(iv).items()}}
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def r2_statement(v: stats.Verdict) -> str:
+    """What notebook 06 may say about R2 in words, no stronger than the verdict `v` (from `verdict_r2`, after
+    `stats.for_profile`): GRPO 'grows incorrect answers longer' only when that half is reproduced."""
+    if v.word == stats.SMOKE:
+        return "Smoke run: no statement about R2 (the full profile is the replication)."
+    grows, more = v.parts[0], v.parts[1]
+    if grows.word == REPRODUCED:
+        first = "In our runs GRPO grew its incorrect answers longer (growth above 0, interval excluding 0)"
+    elif grows.word == "partly":
+        first = ("Our runs do not establish that GRPO grows incorrect answers longer: the mean growth is above 0 "
+                 "but its interval includes 0")
+    else:
+        first = "Our runs do not show GRPO growing incorrect answers longer (mean growth not above 0)"
+    if more.word == REPRODUCED:
+        second = "and they grew more under GRPO than under Dr. GRPO (paired interval above 0)."
+    elif more.word == "partly":
+        second = "and the difference from Dr. GRPO has the claimed sign but its paired interval includes 0."
+    else:
+        second = "and they did not grow more under GRPO than under Dr. GRPO."
+    return f"{first}, {second}"
