@@ -48,7 +48,8 @@ def notebook_runs(job: workbook.Job) -> dict:
 
 
 def pending(jobs: list) -> list:
-    """(label, config, folder) of every unfinished run, each folder once, in notebook order."""
+    """(label, config, folder) of every unfinished run, each folder once, seed-major: every arm's seed 0 first,
+    then seed 1, ... (stopped early, every arm has the same seeds; a notebook run with fewer SEEDS reuses them)."""
     out, seen = [], set()
     for job in jobs:
         for name, (cfg, folder) in notebook_runs(job).items():
@@ -56,7 +57,7 @@ def pending(jobs: list) -> list:
                 continue
             seen.add(folder)
             out.append((f"{job.prefix} {name}", cfg, folder))
-    return out
+    return sorted(out, key=lambda item: item[1].seed)
 
 
 def _train_one(item: tuple) -> tuple:
