@@ -17,11 +17,15 @@ GOOD = {
     "G2": {"k3_min": 0.0, "k3_rel_err": 0.01, "k3_var": 0.2, "k1_var": 1.0},
     "S1": {"bucket_len": LEN, "var_log_prod_rho": [0.01, 0.03, 0.02, 0.05, 0.04, 0.06], "var_log_s": [0.01] * 6,
            "bucket_n": [60] * 6},
-    "D1": {"entropy_high": [1.2, 1.1, 0.9], "entropy_base": [1.0, 1.0, 1.0], "pi_old_upclipped": 0.15},
-    "D2": {"all_correct_first": 0.10, "all_correct_last": 0.25, "zero_var_groups_ds": 0, "gen_batches_per_step": 1.6},
+    "D1": {"entropy_high": [1.2, 1.1, 1.15], "entropy_base": [1.0, 1.0, 1.0], "acc_high": [0.50, 0.51, 0.50],
+           "acc_base": [0.5] * 3, "pi_old_upclipped": [0.15, 0.10, 0.12]},
+    "D2": {"all_correct_first": [0.10, 0.12, 0.10], "all_correct_last": [0.30, 0.28, 0.35], "ds_clean_steps": [1.0] * 3,
+           "gen_batches_per_step": [1.5, 1.6, 1.4]},
     "D3": {"weight_ratio_seq_mean": 10.0, "weight_ratio_token_mean": 1.0},
-    "D4": {"eq13_exact": True, "trunc_with_shaping": 0.02, "trunc_without_shaping": 0.08},
-    "D5": {"ladder": {"grpo": [0.30, 0.32], "+clip": [0.35, 0.35], "+ds": [0.40, 0.42]}},
+    "D4": {"eq13_exact": True, "trunc_base": [0.05] * 3, "trunc_with_shaping": [0.02, 0.03, 0.02],
+           "trunc_without_shaping": [0.08, 0.09, 0.07]},
+    "D5": {"ladder": {"grpo": [0.30, 0.32, 0.31], "clip_higher": [0.33, 0.33, 0.34], "overlong": [0.35, 0.34, 0.36],
+                      "token_mean": [0.36, 0.36, 0.37], "dapo": [0.40, 0.42, 0.41]}},
     "P1": {"seq_ratio_err": 1e-8, "token_eq_err_value": 0.0, "token_eq_err_grad": 1e-7, "one_token_err": 0.0},
     "P2": {"clip_gspo": [0.15, 0.16, 0.17], "clip_grpo": [0.002, 0.003, 0.002], "acc_gspo": [0.50, 0.51, 0.52],
            "acc_grpo": [0.51, 0.51, 0.51], "reward_gspo": [0.5] * 3, "reward_grpo": [0.5] * 3},
@@ -49,13 +53,21 @@ CASES = [  # (claim, changed evidence, expected verdict)
     ("S1", {"bucket_n": [60, 60, 49, 60, 60, 60]}, PARTLY),
     ("S1", {"bucket_len": LEN[:5], "var_log_prod_rho": [0.01, 0.02, 0.03, 0.04, 0.051], "var_log_s": [0.01] * 5,
             "bucket_n": [60] * 5}, PARTLY),  # 5 buckets
-    ("D1", {"entropy_high": [1.2, 0.9, 0.9]}, PARTLY), ("D1", {"entropy_high": [0.9, 0.9, 0.9]}, NOT),
-    ("D1", {"entropy_high": [1.2, 1.1], "entropy_base": [1.0, 1.0]}, PARTLY),  # < 3 seeds
-    ("D2", {"all_correct_last": 0.199}, PARTLY), ("D2", {"all_correct_last": 0.2, "zero_var_groups_ds": 1}, PARTLY),
-    ("D2", {"all_correct_last": 0.1, "zero_var_groups_ds": 2}, NOT),
+    ("D1", {"entropy_high": [1.2, 0.9, 0.95]}, PARTLY), ("D1", {"entropy_high": [0.9, 0.9, 0.9]}, NOT),
+    ("D1", {"acc_high": [0.40, 0.41, 0.42]}, NOT),  # accuracy worse
+    ("D1", {k: v[:2] for k, v in GOOD["D1"].items()}, PARTLY),  # < 3 seeds
+    ("D2", {"all_correct_last": [0.18, 0.20, 0.20]}, PARTLY),  # rise 0.087 < 0.10
+    ("D2", {"ds_clean_steps": [1.0, 0.95, 1.0]}, NOT),  # one step trained a zero-variance group
+    ("D2", {"all_correct_last": [0.10, 0.12, 0.10]}, NOT),
     ("D3", {"weight_ratio_seq_mean": 9.99}, NOT), ("D3", {"weight_ratio_token_mean": 1.01}, NOT),
-    ("D4", {"trunc_with_shaping": 0.08}, NOT), ("D4", {"eq13_exact": False}, NOT),
-    ("D5", {"ladder": {"a": [0.3], "b": [0.28], "c": [0.4]}}, PARTLY), ("D5", {"ladder": {"a": [0.3], "b": [0.2]}}, NOT),
+    ("D4", {"trunc_with_shaping": [0.08, 0.09, 0.07]}, NOT), ("D4", {"eq13_exact": False}, NOT),
+    ("D4", {"trunc_with_shaping": [0.07, 0.10, 0.06]}, PARTLY),  # mean +0.003, interval includes 0
+    ("D4", {"trunc_base": [0.02] * 3}, NOT),  # premise: the base truncates < 3%
+    ("D5", {"ladder": {"grpo": [0.30, 0.32, 0.31], "clip_higher": [0.31, 0.31, 0.32], "overlong": [0.31, 0.32, 0.31],
+                       "token_mean": [0.31, 0.32, 0.32], "dapo": [0.33, 0.31, 0.32]}}, PARTLY),  # interval has 0
+    ("D5", {"ladder": {k: v[:2] for k, v in GOOD["D5"]["ladder"].items()}}, PARTLY),  # < 3 seeds
+    ("D5", {"ladder": {**GOOD["D5"]["ladder"], "overlong": [0.25, 0.26, 0.25]}}, NOT),  # one rung loses beyond its interval
+    ("D5", {"ladder": {**GOOD["D5"]["ladder"], "dapo": [0.29, 0.30, 0.29]}}, NOT),
     ("P1", {"token_eq_err_grad": 2e-6}, NOT),
     ("P2", {"clip_gspo": [0.15, 0.02, 0.17]}, NOT),  # ratio 6.7 in one seed
     ("P2", {"acc_gspo": [0.46, 0.49, 0.50]}, PARTLY),  # mean -0.027 >= -0.03, lower end below
@@ -70,7 +82,7 @@ CASES = [  # (claim, changed evidence, expected verdict)
     ("F1", {"len_gfpo": [99.0, 100.0, 98.0]}, NOT),  # cut 1%
     ("F1", {"acc_gfpo": [0.40, 0.41, 0.42]}, NOT),  # accuracy worse
     ("F1", {"len_grpo": [85.0, 86.0, 84.0]}, NOT),  # premise: GRPO lengthens answers by 6% < 10%
-    ("D2", {"all_correct_last": 0.2}, REPRODUCED),
+    ("D2", {"gen_batches_per_step": [3.0] * 3}, REPRODUCED),  # reported, not judged
     ("G2", {"k3_rel_err": 0.02}, REPRODUCED),
     ("F2", {"reduction_k4_g16": [0.20, 0.20, 0.20]}, NOT), ("F2", {"len_grpo": [81.0, 82.0, 83.0]}, NOT),
     ("R1", {"adv_err": 1e-5}, NOT),
