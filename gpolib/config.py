@@ -72,8 +72,10 @@ class TrainConfig:
     """VAPO length-adaptive GAE: lambda_policy = 1 - 1 / (alpha |y|) per response (VAPO: 0.05); None: off."""
     value_lr_scale: float = 1.0
     """AdamW learning rate of the value model (its LoRA adapter and head), as a multiple of lr."""
-    value_pretrain_steps: int = 0
-    """VAPO Value-Pretraining: rollouts of the base policy that fit the value model before RL starts."""
+    value_pretrain_steps: int | float = 0
+    """VAPO Value-Pretraining: rollouts of the base policy that fit the value model before RL starts; an int
+    is rollouts, a float in (0, 1] a share of `steps` (see value_pretrain_len: a budget that shrinks with a
+    smoke run's steps)."""
     value_clip: Optional[float] = None
     """range of the clipped value loss (PPO reference code: 0.2); None: plain squared error."""
     positive_lm_weight: float = 0.0
@@ -190,6 +192,13 @@ class TrainConfig:
         if isinstance(self.overlong_cache, float):
             return max(1, round(self.overlong_cache * self.max_new_tokens))
         return self.overlong_cache
+
+    @property
+    def value_pretrain_len(self) -> int:
+        """Value pre-training rollouts: `value_pretrain_steps` itself, or its share of `steps` (at least 1)."""
+        if isinstance(self.value_pretrain_steps, float):
+            return max(1, round(self.value_pretrain_steps * self.steps))
+        return self.value_pretrain_steps
 
     def replace(self, **changes: Any) -> "TrainConfig":
         """A copy with fields changed; `loss_<field>` keys change the LossConfig.

@@ -149,7 +149,9 @@ def check_value_fields(cfg) -> None:
         if getattr(cfg, name) is not None:
             positive(name, getattr(cfg, name), 0)
     positive("value_lr_scale", cfg.value_lr_scale, 0)
-    positive("value_pretrain_steps", cfg.value_pretrain_steps, 0, strict=False, integer=True)
+    if isinstance(cfg.value_pretrain_steps, float) and not 0 < cfg.value_pretrain_steps <= 1:
+        fail("value_pretrain_steps", cfg.value_pretrain_steps, "an int of rollouts, or a share 0 < x <= 1 of steps")
+    positive("value_pretrain_steps", cfg.value_pretrain_len, 0, strict=False, integer=True)
     positive("positive_lm_weight", cfg.positive_lm_weight, 0, strict=False)
     defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
     if cfg.advantage_estimator != "gae":

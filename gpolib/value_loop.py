@@ -49,7 +49,7 @@ def make_value_model(trainer) -> ValueModel | None:
 
 
 def pretrain_value(trainer) -> list:
-    """VAPO Value-Pretraining: value_pretrain_steps rollouts of the base policy, each fits V to its
+    """VAPO Value-Pretraining: value_pretrain_len rollouts of the base policy, each fits V to its
     Monte-Carlo returns. Seeded apart from the RL steps (steps -1, -2, ...), so the RL samples are the
     same with or without it. Returns one metrics dict per pre-training step (with its generated samples)."""
     c = trainer.cfg
@@ -61,7 +61,7 @@ def pretrain_value(trainer) -> list:
         ro = trainer.rollout(tasks, c.group_size)
         return ro, trainer.score(ro, tasks)[1]
 
-    log = pretrain(trainer.value, sample, c.value_pretrain_steps, c.gamma, c.micro_batch_rows)
+    log = pretrain(trainer.value, sample, c.value_pretrain_len, c.gamma, c.micro_batch_rows)
     return [{**row, "gen/samples": c.prompts_per_step * c.group_size} for row in log]
 
 
