@@ -1,0 +1,58 @@
+"""gpolib.lab.prefetch builds the same runs as the notebooks, trains a shared baseline once, seed-major."""
+import importlib
+import re
+
+import pytest
+
+from gpolib import paths
+from gpolib.lab import prefetch, workbook
+
+NOTEBOOKS = paths.repo_root() / "notebooks"
+
+
+def _jobs(*prefixes):
+    """The full profile's jobs (01 and 06 share a budget there); building configs trains nothing."""
+    return {j.prefix: j for j in workbook.plan("full", list(prefixes), NOTEBOOKS)}
+
+
+@pytest.fixture(autouse=True)
+def empty_runs(monkeypatch, tmp_path):
+    """Run folders under a temporary root: no run counts as finished."""
+    monkeypatch.setattr(paths, "runs_dir", lambda profile="full", root=None: tmp_path / profile)
+
+
+def test_the_grpo_baseline_of_06_is_01s_runs():
+    jobs = _jobs("01", "06")
+    r01, r06 = prefetch.notebook_runs(jobs["01"]), prefetch.notebook_runs(jobs["06"])
+    assert r01 and {n for n in r06 if n.startswith("grpo/")} == set(r01)
+    for name, (cfg, folder) in r01.items():
+        assert r06[name][1] == folder and r06[name][0] == cfg
+        assert folder.parent.name == "01_grpo"
+    assert all(folder.parent.name == "06_dr_grpo" for n, (_, folder) in r06.items() if n.startswith("dr_grpo/"))
+
+
+def test_pending_lists_each_folder_once_seed_major():
+    jobs = _jobs("01", "06")
+    todo = prefetch.pending([jobs["01"], jobs["06"]])
+    folders = [f for _, _, f in todo]
+    assert len(folders) == len(set(folders)) == 6  # grpo seeds 0-2 (once) + dr_grpo seeds 0-2
+    assert [c.seed for _, c, _ in todo] == [0, 0, 1, 1, 2, 2]
+    (folders[0] / "summary.json").parent.mkdir(parents=True)
+    (folders[0] / "summary.json").write_text("{}")  # a finished run is not trained again
+    assert [f for _, _, f in prefetch.pending([jobs["01"], jobs["06"]])] == folders[1:]
+
+
+def test_notebooks_with_arms_build_their_runs_from_them():
+    """The notebook's own cells use its module's ARMS (and HOME), so prefetch and the notebook agree."""
+    for prefix, path in workbook.list_notebooks(NOTEBOOKS).items():
+        name = path.stem.split("_", 1)[1]
+        try:
+            module = importlib.import_module(f"gpolib.lab.{name}")
+        except ModuleNotFoundError:
+            continue
+        if not hasattr(module, "ARMS"):
+            continue
+        src = path.read_text()
+        assert re.search(rf"runs\.configs\({name}\.ARMS, BUDGET", src), path.name
+        home = rf", {name}\.HOME\)" if hasattr(module, "HOME") else r"\)"
+        assert re.search(rf'runs\.run_dirs\(PROFILE, \\"{path.stem}\\", CONFIGS{home}', src), path.name
