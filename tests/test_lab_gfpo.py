@@ -128,3 +128,11 @@ def test_run_lines_buckets_and_arm_means():
     m = fc.arm_means({"grpo/seed0": pd.Series({"x": 1.0}), "grpo/seed1": pd.Series({"x": 3.0}),
                       "base": pd.Series({"x": 5.0})})
     assert m.loc["grpo", "x"] == 2.0 and m.loc["base", "x"] == 5.0
+
+
+def test_relabel_keeps_seeds_and_unknown_names():
+    out = fc.relabel({"gfpo-k4-g16-short/seed2": 1, "grpo": 2, "base": 3})
+    assert out == {"shortest 4/16/seed2": 1, "grpo G8": 2, "base": 3}
+    assert set(fc.LABELS) == set(fc.ARMS)
+    from gpolib.lab import plots
+    assert [plots.algo_of(v) for v in fc.LABELS.values()] == ["grpo"] + [None] * (len(fc.ARMS) - 1)

@@ -40,6 +40,9 @@ ARMS = {
                           "gfpo_adaptive": True},
 }
 """run name -> preset and fields: group size G, kept k, ranking metric (equal prompts per step for all)"""
+LABELS = {"grpo": "grpo G8", "gfpo-k8-g16-short": "shortest 8/16", "gfpo-k4-g16-short": "shortest 4/16",
+          "gfpo-k6-g8-short": "shortest 6/8", "gfpo-k8-g16-eff": "token eff. 8/16", "gfpo-adaptive-g16": "adaptive G16"}
+"""arm -> its name in figures: the GFPO variants' names do not start with 'gfpo', so each gets its own colour"""
 F1_ARM = "gfpo-k8-g16-short"
 """the variant F1 compares with GRPO"""
 PREMISE = stats.AtLeast("GRPO's held-out length over the base's, L_GRPO / L_SFT - 1", at_least=0.10, fmt=".1%")
@@ -58,6 +61,14 @@ PAPER_ELR = {"gfpo-k6-g8-short": (0.048, "6/8"), "gfpo-k8-g16-short": (0.297, "8
 """arm -> (the paper's average ELR over its benchmarks, the paper's setting); 4/24 is the paper's, 4/16 our closest"""
 ELR_WHY = "GRPO did not lengthen answers over the base (L_GRPO <= L_SFT): Eq. 4 has no excess length to divide by"
 """why an ELR is null in the evidence (`report.record(..., why={"elr": ELR_WHY})`)"""
+
+
+def relabel(by_run: dict) -> dict:
+    """Keys "<arm>" or "<arm>/seed<s>" renamed with `LABELS` (figures); other keys and the values unchanged."""
+    def name(key: str) -> str:
+        arm, sep, seed = key.partition("/")
+        return LABELS.get(arm, arm) + sep + seed
+    return {name(k): v for k, v in by_run.items()}
 
 
 # ---------------------------------------------------------------- Sec. 3, Eq. 3: one filtered group
