@@ -10,6 +10,7 @@ Then the ratios PPO / GRPO beside the parameter-count arithmetic at 0.5B (gpolib
 Timings are ratios from one invocation; on a busy machine rerun it before reading them.
 
     python benchmarks/value_cost.py --steps 3
+    python benchmarks/value_cost.py --threads 1 --json benchmarks/value_cost_cpu.json   # notebook 07 reads it
 """
 from __future__ import annotations
 
@@ -141,6 +142,7 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=None, help="default: TrainConfig's")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--json", default="", help="also write the results, the machine and the 0.5B arithmetic here")
     ap.add_argument("--arm", help=argparse.SUPPRESS)  # internal: run one arm and print its JSON
     args = ap.parse_args()
     if args.arm:
@@ -167,6 +169,15 @@ def main() -> None:
           f"  GRPO  = 2 P + 16 L               = {gb(a['grpo_bytes'])}\n"
           f"  PPO   = 2 P + 16 (2 L + head)    = {gb(a['ppo_shared_bytes'])}  (x{a['ratio_shared']:.3f}; value adapter on the shared base)\n"
           f"  PPO'  = 4 P + 16 (2 L + head)    = {gb(a['ppo_copy_bytes'])}  (x{a['ratio_copy']:.3f}; a separate copy of the base)")
+    if args.json:
+        from gpolib import jsonio
+        from gpolib.bench.common import environment, matmul_peak_gflops
+        peak = matmul_peak_gflops(threads=args.threads, device=args.device)  # after the arms: none of them shares the cores
+        settings = {k: getattr(args, k) for k in ("steps", "prompts", "group", "max_new_tokens", "device", "threads")}
+        Path(args.json).write_text(jsonio.dumps({"settings": settings, "environment": environment(),
+                                                 "matmul_peak_gflops": peak, "results": results,
+                                                 "arithmetic_05b": a}, indent=1) + "\n")
+        print(f"matmul peak {peak:.1f} GFLOP/s at {args.threads} thread(s); results in {args.json}")
 
 
 if __name__ == "__main__":
