@@ -209,6 +209,37 @@ def paired_table(e: dict) -> pd.DataFrame:
     return pd.DataFrame.from_dict(rows, orient="index")
 
 
+def arm_table(configs: dict, seed: int = 0) -> pd.DataFrame:
+    """The fields in which the arms' configurations of one seed differ (loss fields as `loss.<name>`): rows
+    fields, columns arms. Everything not listed (model, budget, lr, seeds, G) is shared."""
+    def flat(c):
+        d = c.to_dict()
+        return {**{k: v for k, v in d.items() if k != "loss"}, **{f"loss.{k}": v for k, v in d["loss"].items()}}
+    arms = {name.split("/")[0]: flat(c) for name, c in configs.items() if name.endswith(f"/seed{seed}")}
+    fields = [k for k in next(iter(arms.values())) if len({repr(a[k]) for a in arms.values()}) > 1]
+    return pd.DataFrame({arm: {k: repr(a[k]) if a[k] is None else a[k] for k in fields} for arm, a in arms.items()}
+                        ).astype(str)
+
+
+def cost_by_arm(metrics: dict, summaries: dict) -> pd.DataFrame:
+    """Per arm (means over its seeds): generated samples per RL step, value pre-training samples, and the
+    training runs' own time per step (rollout + update) and its value-model part. The times come from runs
+    trained side by side on a shared machine: reported, not judged (V1 is judged on benchmarks/value_cost.py)."""
+    rows = {}
+    for arm in ARMS:
+        names = [n for n in metrics if n.split("/")[0] == arm]
+        per = lambda f: float(np.mean([f(n) for n in names]))  # noqa: E731
+        rows[arm] = {
+            "samples / RL step": per(lambda n: np.mean([r["gen/samples"] for r in metrics[n]])),
+            "pre-training samples": per(lambda n: sum(r.get("gen/samples", 0) for r in summaries[n].get("value_pretrain", []))),
+            "s / step": per(lambda n: np.mean([r["time/rollout_s"] + r["time/train_s"] for r in metrics[n]])),
+            "of which value s": per(lambda n: np.mean([r.get("time/value_s") or 0.0 for r in metrics[n]])),
+        }
+    df = pd.DataFrame.from_dict(rows, orient="index")
+    df["s / step x GRPO"] = df["s / step"] / df.loc["grpo", "s / step"]
+    return df
+
+
 def value_curves(metrics: dict) -> dict:
     """Run name -> its rows restricted to the value model's metrics (runs with a value model only)."""
     return {name: m for name, m in metrics.items() if any(r.get("value/loss") is not None for r in m)}
