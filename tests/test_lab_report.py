@@ -29,10 +29,13 @@ GOOD = {
     "P1": {"seq_ratio_err": 1e-8, "token_eq_err_value": 0.0, "token_eq_err_grad": 1e-7, "one_token_err": 0.0},
     "P2": {"clip_gspo": [0.15, 0.16, 0.17], "clip_grpo": [0.002, 0.003, 0.002], "acc_gspo": [0.50, 0.51, 0.52],
            "acc_grpo": [0.51, 0.51, 0.51], "reward_gspo": [0.5] * 3, "reward_grpo": [0.5] * 3},
-    "P3": {"route_change_per_layer": [0.08, 0.12], "ratio_spread_moe": 0.3, "ratio_spread_dense": 0.1},
-    "P4": {"reward_gspo": [0.5, 0.6], "reward_grpo_no_replay": [0.3, 0.4], "reward_grpo_replay": [0.5, 0.5]},
-    "P5": {"reward_engine": [0.50, 0.54], "reward_recompute": [0.51, 0.53], "seq_mismatch": 0.01,
-           "token_mismatch": 0.05},
+    "P3": {"route_change_per_layer": [0.08, 0.12], "route_change_frozen": [0.01, 0.02], "ratio_spread_moe": 0.3,
+           "ratio_spread_dense": 0.1},
+    "P4": {"acc_grpo": [0.40, 0.42, 0.41], "acc_grpo_replay": [0.50, 0.51, 0.52], "acc_gspo": [0.51, 0.50, 0.52],
+           "reward_grpo": [0.4] * 3, "reward_grpo_replay": [0.5] * 3, "reward_gspo": [0.5] * 3,
+           "collapsed_grpo": [True, False, False], "collapsed_grpo_replay": [False] * 3, "collapsed_gspo": [False] * 3},
+    "P5": {"acc_engine": [0.50, 0.51, 0.52], "acc_recompute": [0.51, 0.51, 0.51], "reward_engine": [0.5] * 3,
+           "reward_recompute": [0.5] * 3, "seq_mismatch": 0.01, "token_mismatch": 0.05, "seq_clipped": 0.9},
     "F1": {"len_base": [80.0] * 3, "len_grpo": [100.0, 101.0, 99.0], "len_gfpo": [60.0, 62.0, 61.0],
            "acc_grpo": [0.5] * 3, "acc_gfpo": [0.49, 0.50, 0.51]},
     "F2": {"len_base": [80.0] * 3, "len_grpo": [100.0, 101.0, 99.0], "reduction_k4_g16": [0.45, 0.44, 0.46],
@@ -73,11 +76,14 @@ CASES = [  # (claim, changed evidence, expected verdict)
     ("P2", {"acc_gspo": [0.46, 0.49, 0.50]}, PARTLY),  # mean -0.027 >= -0.03, lower end below
     ("P2", {"acc_gspo": [0.40, 0.41, 0.42]}, NOT),
     ("P2", {k: v[:2] for k, v in GOOD["P2"].items()}, PARTLY),  # < 3 seeds
-    ("P3", {"route_change_per_layer": [0.005, 0.12]}, PARTLY),
+    ("P3", {"route_change_per_layer": [0.005, 0.12]}, PARTLY),  # one layer at 0.5%: only the spread half holds
     ("P3", {"route_change_per_layer": [0.005, 0.009], "ratio_spread_moe": 0.05}, NOT),
-    ("P4", {"reward_gspo": [0.3, 0.38]}, PARTLY), ("P4", {"reward_gspo": [0.0, 0.01]}, NOT),
-    ("P5", {"seq_mismatch": 0.06}, PARTLY), ("P5", {"reward_engine": [0.2, 0.21]}, PARTLY),
-    ("P5", {"reward_engine": [0.2, 0.21], "seq_mismatch": 0.06}, NOT),
+    ("P4", {"acc_grpo": [0.47, 0.51, 0.51]}, PARTLY),  # replay ahead on the mean only
+    ("P4", {"acc_grpo": [0.55, 0.56, 0.57]}, NOT),  # replay behind
+    ("P4", {"acc_gspo": [0.40, 0.41, 0.42]}, NOT),  # GSPO worse than GRPO + replay
+    ("P5", {"acc_engine": [0.46, 0.49, 0.50]}, PARTLY),  # mean -0.023 >= -0.03, lower end below
+    ("P5", {"seq_mismatch": 0.06}, NOT),  # sequence-level mismatch above token-level
+    ("P5", {"acc_engine": [0.50, 0.51], "acc_recompute": [0.51, 0.51]}, PARTLY),  # < 3 seeds
     ("F1", {"len_gfpo": [80.0, 82.0, 81.0]}, PARTLY),  # cut ~19%: >= 10% beyond its interval, < 30%
     ("F1", {"len_gfpo": [99.0, 100.0, 98.0]}, NOT),  # cut 1%
     ("F1", {"acc_gfpo": [0.40, 0.41, 0.42]}, NOT),  # accuracy worse

@@ -8,8 +8,9 @@
 - Sec. 5.3 (P3), routing volatility: `expert_set_change`, `routing_change_after_step`, and the token log-ratio
   spread at a matched update size, `update_at_kl` (exact KL(pi_old || pi_new), `old_new_kl`); a rollout as
   full sequences and masks for both, `rollout_sequences`;
-- P1-P5: `verdict_p1` ... `verdict_p5` (P3-P5, GSPO on the MoE, are measured in a later notebook); P2 on
-  per-seed evidence, `p2_evidence`: clip ratio in every seed and non-inferior held-out accuracy (`stats`).
+- P1, P2: `verdict_p1`, `verdict_p2`; P2 on per-seed evidence, `p2_evidence`: clip ratio in every seed and
+  non-inferior held-out accuracy (`stats`). P3-P5 are measured and judged in notebook 08 (`gspo_moe.py`), which
+  uses the Sec. 5.3-5.4 helpers above.
 Derivations live in notebook 04; docstrings name the formula they compute.
 """
 from __future__ import annotations
@@ -25,7 +26,7 @@ from ..moe import is_moe, record_routing
 from ..objectives import policy_loss, sequence_log_ratio
 from . import stats
 from .runs import mean_over, window
-from .verdicts import NOISE_Z, NOT, PARTLY, REPRODUCED, EXACT_TOL, Verdict, at_least, grade, mean, seed_noise, seeds_text
+from .verdicts import NOT, REPRODUCED, EXACT_TOL, Verdict
 
 ARMS = {"gspo": {"preset": "gspo"},
         "grpo": {"preset": "grpo", "mu": 4, "loss_eps_high": 0.28}}
@@ -286,28 +287,5 @@ def verdict_p2(e: dict) -> stats.Verdict:
                        f"GRPO {stats.seed_mean(e['reward_grpo'])} (seed means)")
 
 
-def verdict_p3(e: dict) -> Verdict:
-    layers = e["route_change_per_layer"]
-    spread = e["ratio_spread_moe"] > e["ratio_spread_dense"]
-    v = REPRODUCED if min(layers) > 0.01 and spread else PARTLY if max(layers) > 0.01 or spread else NOT
-    return v, ("routing change per layer " + ", ".join(f"{100 * x:.1f}%" for x in layers)
-               + f"; token-ratio spread MoE {e['ratio_spread_moe']:.3g} vs dense {e['ratio_spread_dense']:.3g}")
-
-
-def verdict_p4(e: dict) -> Verdict:
-    gspo, plain = e["reward_gspo"], e["reward_grpo_no_replay"]
-    diff = mean(gspo) - mean(plain)
-    v = REPRODUCED if diff >= 0 else PARTLY if diff >= -NOISE_Z * seed_noise(gspo, plain) else NOT
-    return v, (f"final reward GSPO {seeds_text(gspo)}, GRPO no replay {seeds_text(plain)}, "
-               f"GRPO + replay {seeds_text(e['reward_grpo_replay'])}")
-
-
-def verdict_p5(e: dict) -> Verdict:
-    eng, rec = e["reward_engine"], e["reward_recompute"]
-    diff = mean(eng) - mean(rec)
-    v = grade([abs(diff) <= NOISE_Z * seed_noise(eng, rec), e["seq_mismatch"] < e["token_mismatch"]])
-    return v, (f"reward engine - recompute {diff:+.3f} (noise {seed_noise(eng, rec):.3f}); "
-               f"mismatch seq {e['seq_mismatch']:.3g} vs token {e['token_mismatch']:.3g}")
-
-
-VERDICTS = {"P1": verdict_p1, "P2": verdict_p2, "P3": verdict_p3, "P4": verdict_p4, "P5": verdict_p5}
+VERDICTS = {"P1": verdict_p1, "P2": verdict_p2}
+"""P3-P5 (GSPO on the MoE) are judged in gspo_moe.py, beside notebook 08's measurements"""

@@ -4,7 +4,7 @@ A notebook's last cell calls `record(claim_id, evidence, runs, PROFILE)`, which 
 under it, its criterion. The claims' text (paper, evidence keys, and the criterion of claims without a
 rule) is the table `claims.yaml`; each claim's verdict, a function from an evidence dict to a
 `stats.Verdict` (or `(verdict, ours_text)` for the exact checks), sits beside its measurement in the
-notebook's module (`VERDICTS` of grpo.py, ratio_decay.py, dapo.py, gspo.py, gfpo.py, dr_grpo.py,
+notebook's module (`VERDICTS` of grpo.py, ratio_decay.py, dapo.py, gspo.py, gspo_moe.py, gfpo.py, dr_grpo.py,
 ppo_vapo.py). The training claims are judged by the rules of evidence (`stats.py`), and their criterion is
 the text of that rule (`RULES` of the module), so the scoreboard prints what the code applies. A smoke
 run records "smoke: no verdict". `build(profile)` gathers the records into `claims.json` and `claims.md`.
@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping, Optional
 import yaml
 
 from .. import jsonio, paths
-from . import dapo, dr_grpo, gfpo, grpo, gspo, ppo_vapo, ratio_decay, stats
+from . import dapo, dr_grpo, gfpo, grpo, gspo, gspo_moe, ppo_vapo, ratio_decay, stats
 from .verdicts import NOT, NOT_RUN, PARTLY, REPRODUCED, Verdict  # noqa: F401  (the verdict words, re-exported)
 
 CLAIMS_FILE = Path(__file__).with_name("claims.yaml")
@@ -50,7 +50,7 @@ class Claim:
     """evidence -> stats.Verdict (or (verdict, ours_text)), from the notebook's module"""
 
 
-_MODULES = (grpo, ratio_decay, dapo, gspo, gfpo, dr_grpo, ppo_vapo)
+_MODULES = (grpo, ratio_decay, dapo, gspo, gspo_moe, gfpo, dr_grpo, ppo_vapo)
 
 
 def _load_claims() -> dict[str, Claim]:
