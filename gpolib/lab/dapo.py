@@ -286,7 +286,9 @@ def verdict_d5(e: dict) -> stats.Verdict:
     his = [iv.hi if iv.hi is not None else iv.mean for _, iv in steps]
     worst = min(range(len(his)), key=his.__getitem__)
     v = D5_RULE.judge([D5_GAIN.judge(ladder["dapo"], ladder["grpo"]),
-                       D5_STEPS.judge(his[worst]).with_note(f"worst rung: {steps[worst][0]}")])
+                       D5_STEPS.judge(his[worst]).with_note(
+                           f"worst rung: {steps[worst][0]}" + (" (one seed: its change, no interval)"
+                                                               if steps[worst][1].hi is None else ""))])
     return v.with_note("ladder " + " -> ".join(f"{100 * sum(a) / len(a):.1f}" for a in ladder.values()))
 
 
