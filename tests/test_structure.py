@@ -10,7 +10,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "gpolib"
 CORE_API = {"gpolib", "gpolib.config", "gpolib.presets", "gpolib.objectives", "gpolib.train", "gpolib.models",
-            "gpolib.rollout", "gpolib.rewards", "gpolib.tasks", "gpolib.runtime", "gpolib.metrics"}
+            "gpolib.rollout", "gpolib.rewards", "gpolib.tasks", "gpolib.runtime", "gpolib.metrics",
+            "gpolib.groups"}
 """core modules a notebook may use as a library user would; every notebook helper comes from gpolib.lab"""
 
 
