@@ -136,3 +136,18 @@ def test_relabel_keeps_seeds_and_unknown_names():
     assert set(fc.LABELS) == set(fc.ARMS)
     from gpolib.lab import plots
     assert [plots.algo_of(v) for v in fc.LABELS.values()] == ["grpo"] + [None] * (len(fc.ARMS) - 1)
+
+
+def test_vs_grpo_paired_per_column():
+    per_run = {f"{arm}/seed{s}": pd.Series({"long tokens": 50.0 + s, "12+": float("nan") if s == 1 else 9.0})
+               for arm in fc.ARMS for s in range(3)}
+    for s, v in enumerate((40.0, 41.0, 46.0)):  # GRPO 50, 51, 52: differences -10, -10, -6, mean -26/3
+        per_run[f"gfpo-k4-g16-short/seed{s}"]["long tokens"] = v
+    t = fc.vs_grpo(per_run, range(3))
+    row = t.loc[("gfpo-k4-g16-short", "long tokens")]
+    sd = (((-10 + 26 / 3) ** 2 * 2 + (-6 + 26 / 3) ** 2) / 2) ** 0.5
+    assert row["mean"] == pytest.approx(-26 / 3)
+    assert row["95% hi"] == pytest.approx(-26 / 3 + T975_2 * sd / 3 ** 0.5)
+    assert t.loc[("gfpo-k6-g8-short", "long tokens"), "mean"] == 0.0
+    assert math.isnan(t.loc[("gfpo-k6-g8-short", "12+"), "mean"])  # an empty bucket in seed 1: no difference
+    assert len(t) == 2 * (len(fc.ARMS) - 1)

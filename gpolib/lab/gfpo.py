@@ -11,7 +11,7 @@
   runs' metrics, `generation_cost`;
 - where the length went, from completions sampled on held-out prompts with each final policy (`heldout_completions`):
   mean length by difficulty bucket, `bucket_lengths`; tokens per kind of line and product lines written long or
-  direct, `line_budget`; both per run, then `arm_means` over seeds.
+  direct, `line_budget`; both per run, then `arm_means` over seeds, and `vs_grpo`: variant - GRPO paired by seed.
 Derivations live in notebook 05; docstrings name the formula they compute.
 """
 from __future__ import annotations
@@ -292,3 +292,23 @@ def arm_means(per_run: dict) -> pd.DataFrame:
     """Run name -> Series, averaged over the seeds of each arm ("<arm>/seed<s>" -> "<arm>"); other names kept."""
     frame = pd.DataFrame(per_run).T
     return frame.groupby(lambda run: run.split("/seed")[0], sort=False).mean()
+
+
+def vs_grpo(per_run: dict, seeds, cols=None) -> pd.DataFrame:
+    """Variant minus GRPO, paired by seed, for each column of per-run Series ("<arm>/seed<s>" -> Series, e.g.
+    `run_lines` or `bucket_lengths`): rows (arm, column), the mean difference and its 95% t-interval. A column
+    without a value in some seed (an empty bucket) gets NaN and no interval."""
+    seeds = list(seeds)
+    cols = list(cols if cols is not None else per_run[f"grpo/seed{seeds[0]}"].index)
+    rows = {}
+    for arm in ARMS:
+        if arm == "grpo":
+            continue
+        for col in cols:
+            a = [float(per_run[f"{arm}/seed{s}"][col]) for s in seeds]
+            b = [float(per_run[f"grpo/seed{s}"][col]) for s in seeds]
+            if all(map(math.isfinite, a + b)):
+                rows[(arm, col)] = _interval_row(stats.paired(a, b))
+            else:
+                rows[(arm, col)] = {"mean": float("nan"), "95% lo": None, "95% hi": None, "n": len(seeds)}
+    return pd.DataFrame.from_dict(rows, orient="index")
