@@ -232,3 +232,19 @@ def test_d5_needs_every_rung_within_its_interval():
 def test_d3_is_an_identity():
     assert dapo.verdict_d3({"weight_ratio_seq_mean": 10.0, "weight_ratio_token_mean": 1.0})[0] == dapo.REPRODUCED
     assert dapo.verdict_d3({"weight_ratio_seq_mean": 10.0, "weight_ratio_token_mean": 1.000002})[0] == dapo.NOT
+
+
+def test_clip_higher_keeps_the_gradient_of_a_token_between_1_2_and_1_28():
+    from gpolib.config import LossConfig
+    from gpolib.objectives import policy_loss
+
+    old = torch.log(torch.tensor([[0.4]], dtype=torch.float64))  # (1, 1)
+    grads = {}
+    for eps_high in (0.2, 0.28):
+        logps = (old + torch.log(torch.tensor(1.25, dtype=torch.float64))).requires_grad_(True)  # ratio 1.25
+        cfg = LossConfig(ratio_level="token", eps_low=0.2, eps_high=eps_high, aggregation="token_mean")
+        loss, _ = policy_loss(logps, old, torch.tensor([1.0], dtype=torch.float64), torch.ones(1, 1, dtype=torch.float64), cfg)
+        loss.backward()
+        grads[eps_high] = float(logps.grad)
+    assert grads[0.2] == 0.0  # clipped at 1.2: no gradient pushes the token further up
+    assert grads[0.28] == pytest.approx(-1.25)  # d(-rho A)/d log pi = -rho A inside the wider range
