@@ -64,10 +64,21 @@ COLLAPSE = 0.05
 
 # ---------------------------------------------------------------- P3: one optimiser step
 
+def activated_expert_change(before: torch.Tensor, after: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Share of the activated experts (token, layer, slot) of `before` that are not among the token's top-k
+    `after`, per layer: the paper's measure (Sec. 5.3, "~10% of the experts activated ... differ").
+
+    before/after (L, B, T, k) expert ids, mask (B, T) -> (L,). A changed set with k = 2 counts 1/2 or 2/2.
+    """
+    gone = ~(before.unsqueeze(-1) == after.unsqueeze(-2)).any(dim=-1)  # (L, B, T, k)
+    m = mask.bool()[None, :, :, None].expand_as(gone)  # (L, B, T, k)
+    return (gone & m).sum(dim=(1, 2, 3)).float() / m.sum(dim=(1, 2, 3)).clamp(min=1)
+
+
 def step_probe(model, ro, step_fn) -> dict:
-    """One optimiser step `step_fn()` on the rollout `ro`: per-layer share of completion tokens whose top-k
-    expert set changes (MoE only), the exact KL(pi_old || pi_new) over the completion positions, and the spread
-    (std) of the token log-ratios log pi_new(y_t) / pi_old(y_t) of the sampled tokens."""
+    """One optimiser step `step_fn()` on the rollout `ro`: per layer, the share of completion tokens whose top-k
+    expert set changes and the share of activated experts that change (MoE only); the exact KL(pi_old || pi_new)
+    over the completion positions, and the spread (std) of the token log-ratios log pi_new(y_t) / pi_old(y_t)."""
     ids, attn, comp, pred = rollout_sequences(ro)  # (B, P+T) x3, (B, P+T-1)
     routes = expert_ids(model, ids, attn) if is_moe(model) else None  # (L, B, P+T, k)
     old = next_token_logprobs(model, ids, attn)  # (B, P+T-1, V)
@@ -75,13 +86,18 @@ def step_probe(model, ro, step_fn) -> dict:
     new = next_token_logprobs(model, ids, attn)
     out = {"kl": old_new_kl(old, new, pred), "log_ratio_std": log_ratio_std(old, new, ids, pred)}
     if routes is not None:
-        out["route_change"] = expert_set_change(routes, expert_ids(model, ids, attn), comp).tolist()
+        after = expert_ids(model, ids, attn)
+        out["route_change"] = expert_set_change(routes, after, comp).tolist()
+        out["expert_change"] = activated_expert_change(routes, after, comp).tolist()
     return out
 
 
 def matched_spread(model, ro, step_fn, target_kl: float) -> dict:
     """The step of `step_fn()` rescaled to KL(pi_old || pi_new) = target_kl on the rollout `ro` (`update_at_kl`):
-    alpha, the KL reached and the token log-ratio spread there."""
+    alpha, the KL reached and the token log-ratio spread there. A target of 0 (a step that changed nothing, e.g.
+    every group of the batch had one reward) is matched by no step: alpha 0, spread 0."""
+    if target_kl <= 0:
+        return {"alpha": 0.0, "kl": 0.0, "log_ratio_std": 0.0}
     ids, attn, _, pred = rollout_sequences(ro)
     out = update_at_kl(model, ids, attn, pred, step_fn, target_kl)
     return {k: out[k] for k in ("alpha", "kl", "log_ratio_std")}
@@ -119,12 +135,37 @@ def p3_probe(moe: str, dense: str, seed: int, **budget) -> dict:
 
 
 def layer_table(probes: dict) -> pd.DataFrame:
-    """Probe name -> its per-layer route change (%), one column per layer, plus any-layer and KL."""
+    """Probe name -> per layer the share (%) of completion tokens whose expert set changed, the share of tokens
+    changed in any layer, the share (%) of activated experts that changed (mean over layers), KL and spread."""
     rows = {name: {**{f"layer {i}": 100 * x for i, x in enumerate(p["route_change"])},
-                   "any layer": 100 * any_layer_change(p["route_change"]), "KL": p["kl"],
-                   "log-ratio std": p["log_ratio_std"]}
+                   "any layer": 100 * any_layer_change(p["route_change"]),
+                   "experts changed": 100 * sum(p["expert_change"]) / len(p["expert_change"]),
+                   "KL": p["kl"], "log-ratio std": p["log_ratio_std"]}
             for name, p in probes.items()}
     return pd.DataFrame.from_dict(rows, orient="index")
+
+
+ARM_FIELDS = ("loss.ratio_level", "loss.eps_low", "loss.eps_high", "mu", "lr", "train_router", "routing_replay",
+              "old_logps", "rollout_autocast")
+"""the fields that define an arm of notebook 08 (or that every arm shares and the reader should see)"""
+
+
+def arm_table(configs: dict, fields=ARM_FIELDS) -> pd.DataFrame:
+    """Run name -> the values of `fields` (nested ones as 'loss.eps_high') of its TrainConfig."""
+    def get(cfg, field):
+        for part in field.split("."):
+            cfg = getattr(cfg, part)
+        return cfg
+    return pd.DataFrame.from_dict({name: {f: get(cfg, f) for f in fields} for name, cfg in configs.items()},
+                                  orient="index")
+
+
+def arm_means(table: pd.DataFrame) -> pd.DataFrame:
+    """`run_table` averaged over the seeds of each arm (runs named "<arm>/seed<s>"); 'collapsed' becomes a count."""
+    arms = table.index.str.replace(r"/seed\d+$", "", regex=True)
+    out = table.drop(columns="collapsed").astype(float).groupby(arms, sort=False).mean()
+    out["collapsed runs"] = table["collapsed"].astype(int).groupby(arms, sort=False).sum()
+    return out
 
 
 def p3_evidence(probes: list) -> dict:
@@ -134,6 +175,8 @@ def p3_evidence(probes: list) -> dict:
     layer_mean = lambda key: [sum(col) / len(col) for col in zip(*(p[key]["route_change"] for p in probes))]
     mean = lambda key, field: sum(p[key][field] for p in probes) / len(probes)
     return {"route_change_per_layer": layer_mean("trainable"), "route_change_frozen": layer_mean("frozen"),
+            "expert_change_per_layer": [sum(col) / len(col) for col in zip(*(p["trainable"]["expert_change"]
+                                                                            for p in probes))],
             "ratio_spread_moe": mean("trainable", "log_ratio_std"), "ratio_spread_dense": mean("dense", "log_ratio_std"),
             "kl": mean("trainable", "kl")}
 
@@ -221,9 +264,11 @@ def verdict_p3(e: dict) -> Verdict:
     spread = e["ratio_spread_moe"] > e["ratio_spread_dense"]
     routing = min(layers) > 0.01
     v = REPRODUCED if routing and spread else PARTLY if routing or spread else NOT
-    frozen = e.get("route_change_frozen")
-    text = ("routing change per layer (router trainable) " + ", ".join(f"{100 * x:.2f}%" for x in layers)
-            + (f"; router frozen " + ", ".join(f"{100 * x:.2f}%" for x in frozen) if frozen else "")
+    frozen, experts = e.get("route_change_frozen"), e.get("expert_change_per_layer")
+    text = ("top-k sets changed per layer (router trainable) " + ", ".join(f"{100 * x:.2f}%" for x in layers)
+            + ("; router frozen " + ", ".join(f"{100 * x:.2f}%" for x in frozen) if frozen else "")
+            + (f"; activated experts changed {100 * sum(experts) / len(experts):.2f}% (mean over layers)"
+               if experts else "")
             + f"; token log-ratio spread at matched KL: MoE {e['ratio_spread_moe']:.3g} vs dense "
             f"{e['ratio_spread_dense']:.3g}")
     return v, text
