@@ -216,7 +216,7 @@ def arm_table(configs: dict, seed: int = 0) -> pd.DataFrame:
         d = c.to_dict()
         return {**{k: v for k, v in d.items() if k != "loss"}, **{f"loss.{k}": v for k, v in d["loss"].items()}}
     arms = {name.split("/")[0]: flat(c) for name, c in configs.items() if name.endswith(f"/seed{seed}")}
-    fields = [k for k in next(iter(arms.values())) if len({repr(a[k]) for a in arms.values()}) > 1]
+    fields = [k for k in next(iter(arms.values())) if k != "name" and len({repr(a[k]) for a in arms.values()}) > 1]
     return pd.DataFrame({arm: {k: repr(a[k]) if a[k] is None else a[k] for k in fields} for arm, a in arms.items()}
                         ).astype(str)
 
