@@ -114,7 +114,8 @@ def any_layer_change(per_layer, n_layers: int | None = None) -> float:
 
 def probe_config(model: str, train_router: bool, seed: int, **budget):
     """GRPO with one update per rollout batch (mu = 1) at the full learning rate from the first step (no warm-up):
-    the optimiser step P3 measures. AdamW's first step moves every trainable parameter by about lr."""
+    the optimiser step P3 measures. AdamW's first step moves every trainable parameter that has a gradient by about
+    lr (LoRA's A, multiplied by B = 0 at the start, has none yet)."""
     return presets.get("grpo", model=model, train_router=train_router, mu=1, warmup_steps=0, seed=seed, **budget)
 
 
