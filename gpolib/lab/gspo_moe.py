@@ -28,7 +28,7 @@ from . import stats
 from .gspo import (clip_share, expert_ids, expert_set_change, final_mean, log_ratio_std, mismatch_stats,
                    next_token_logprobs, old_new_kl, rollout_sequences, sequence_mismatch, token_mismatch,
                    update_at_kl)
-from .runs import mean_over, window
+from .runs import mean_over
 from .verdicts import NOT, PARTLY, REPRODUCED, Verdict
 
 ENGINE = {"rollout_autocast": "bfloat16"}
