@@ -239,3 +239,24 @@ def test_arm_table_and_cost_by_arm():
     assert c.loc["vapo", "pre-training samples"] == 384 and c.loc["grpo", "pre-training samples"] == 0
     assert c.loc["vapo", "of which value s"] == pytest.approx(3.5)
     assert c["samples / RL step"].tolist() == [128, 128, 128]
+
+
+def test_final_trainer_loads_both_adapters_and_the_head(tiny_cfg, tmp_path):
+    """A finished one-step VAPO run: the policy's and the value model's LoRA (B starts at 0, so trained B != 0) and
+    the head come back from adapter/, each into its own adapter, with the policy's adapter active."""
+    from safetensors.torch import load_file
+    from gpolib.train import train
+    cfg = tiny_cfg("vapo", steps=1, value_pretrain_steps=1.0, max_new_tokens=48)
+    train(cfg, tmp_path / "run", progress=False)
+    tr = lb.final_trainer(cfg, tmp_path / "run")
+    assert tr.model.active_adapter == "default"
+    params = dict(tr.model.named_parameters())
+    for folder, name in (("adapter", "default"), ("adapter/value", "value")):
+        saved = load_file(str(tmp_path / "run" / folder / "adapter_model.safetensors"))
+        b_keys = [k for k in saved if "lora_B" in k]
+        assert b_keys and any(saved[k].abs().sum() > 0 for k in b_keys), folder
+        for k in b_keys:
+            live = params[k.replace("lora_B.weight", f"lora_B.{name}.weight")]
+            assert torch.equal(live.detach(), saved[k]), k
+    head = torch.load(tmp_path / "run" / "adapter" / "value_head.pt")
+    assert torch.equal(tr.value.head.weight.detach(), head["weight"]) and head["weight"].abs().sum() > 0
