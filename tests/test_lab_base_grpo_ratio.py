@@ -99,3 +99,25 @@ def test_expert_load_rows_sum_to_one():
     load = base_models.expert_load(model, ro)
     assert load.shape == (model.config.num_hidden_layers, model.config.num_experts)
     np.testing.assert_allclose(load.sum(1), 1.0, atol=1e-6)
+
+
+def test_robust_spread_by_hand():
+    """Two buckets of 100: the second has one outlier; its variance jumps, its IQR does not, and the top 1% (the
+    outlier) carries the share of the variance computed by hand."""
+    import numpy as np
+    import pandas as pd
+
+    from gpolib.lab.ratio_decay import robust_spread
+
+    base = np.linspace(-0.1, 0.1, 100)
+    x2 = base.copy()
+    x2[-1] = 3.0
+    df = pd.DataFrame({"length": np.r_[np.full(100, 10), np.full(100, 50)], "log_prod_rho": np.r_[base, x2]})
+    out = robust_spread(df, 2)
+    assert out["len_mean"].tolist() == [10, 50]
+    assert abs(out.loc[0, "var"] - base.var(ddof=1)) < 1e-12 and abs(out.loc[1, "var"] - x2.var(ddof=1)) < 1e-12
+    assert abs(out.loc[0, "IQR"] - out.loc[1, "IQR"]) < 0.01  # the outlier does not move the IQR much
+    dev2 = (x2 - x2.mean()) ** 2
+    assert abs(out.loc[1, "var share of top 1%"] - dev2.max() / dev2.sum()) < 1e-12
+    trimmed = x2[(x2 >= np.quantile(x2, 0.01)) & (x2 <= np.quantile(x2, 0.99))]
+    assert abs(out.loc[1, "var trimmed 1%"] - trimmed.var(ddof=1)) < 1e-12

@@ -90,6 +90,25 @@ def extreme_share(df: pd.DataFrame, n_buckets: int, low: float = 0.2, high: floa
     return {"n": int(len(top)), "min_length": int(top["length"].min()), "share": float(out.mean())}
 
 
+
+def robust_spread(df: pd.DataFrame, n_buckets: int, trim: float = 0.01) -> pd.DataFrame:
+    """Per equal-count length bucket, the spread of log prod rho three ways: the variance (what S1 judges), the
+    variance without the `trim` share of responses at each tail, and the interquartile range (robust to the
+    tails); plus the mean of log prod rho and the share of the bucket's variance that its 1% most extreme
+    responses carry. An exploratory view beside the verdict, never its criterion."""
+    bucket = pd.qcut(df["length"].rank(method="first"), n_buckets, labels=False)
+    rows = []
+    for b, g in df.groupby(bucket):
+        x = g["log_prod_rho"]
+        lo, hi = x.quantile(trim), x.quantile(1 - trim)
+        dev2 = (x - x.mean()) ** 2  # (n,)
+        top = dev2.nlargest(max(1, round(0.01 * len(x))))
+        rows.append({"bucket": b, "len_mean": g["length"].mean(), "var": x.var(), f"var trimmed {trim:.0%}":
+                     x[(x >= lo) & (x <= hi)].var(), "IQR": x.quantile(0.75) - x.quantile(0.25),
+                     "mean": x.mean(), "var share of top 1%": top.sum() / dev2.sum()})
+    return pd.DataFrame(rows)
+
+
 # ---------------------------------------------------------------- verdict
 
 def s1_evidence(buckets: pd.DataFrame) -> dict:
