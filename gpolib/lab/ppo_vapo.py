@@ -315,6 +315,7 @@ def advantage_heatmap(ax, response: dict, key: str = "A", per_row: int = 16, vma
     im = ax.imshow(grid, cmap="RdBu", vmin=-vmax, vmax=vmax, aspect="auto")
     for k, tok in enumerate(response["tokens"]):
         text = tok.replace("\n", "\\n").replace("$", r"\$")
-        ax.text(k % per_row, k // per_row, text, ha="center", va="center", fontsize=6)
+        dark = abs(vals[k]) > 0.6 * vmax  # white text on the saturated cells
+        ax.text(k % per_row, k // per_row, text, ha="center", va="center", fontsize=6, color="white" if dark else "black")
     ax.set_xticks([]), ax.set_yticks([])
     return im
