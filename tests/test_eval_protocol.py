@@ -34,15 +34,17 @@ def test_eval_seed_default_keeps_seed_zero_runs_and_their_identity(tiny_cfg):
 
 
 def test_full_profile_follows_the_rules_of_evidence():
-    """Every training comparison (G1 01, P2 04, F1/F2 05, R2 06) runs >= 3 seeds on >= 512 x 4 held-out
-    samples in the full profile; the smoke profile (the notebooks' own parameters) keeps one seed."""
+    """Every training comparison (every notebook with a SEEDS parameter: 01, 03-08) runs >= 3 seeds on
+    >= 512 x 4 held-out samples in the full profile; the smoke profile (the notebooks' own parameters) keeps one seed."""
     from pathlib import Path
 
     from gpolib.lab import workbook
 
     nbs = Path(__file__).resolve().parents[1] / "notebooks"
     full = {j.prefix: j.params for j in workbook.plan("full", None, nbs)}
-    for prefix in ("01", "04", "05", "06"):
+    compared = [p for p in full if "SEEDS" in workbook.notebook_defaults(next(nbs.glob(f"{p}_*.ipynb")))]
+    assert {"01", "03", "04", "05", "06", "07", "08"} <= set(compared)  # every notebook with training arms
+    for prefix in compared:
         assert full[prefix]["SEEDS"] >= 3 and full[prefix]["EVAL_PROMPTS"] >= 512, prefix
         assert full[prefix]["EVAL_SAMPLES"] >= 4, prefix
         assert workbook.notebook_defaults(next(nbs.glob(f"{prefix}_*.ipynb")))["SEEDS"] == 1, prefix
