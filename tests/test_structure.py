@@ -84,3 +84,11 @@ def test_notebooks_take_helpers_from_the_lab_only():
         assert any(m.startswith("gpolib.lab") for m in modules), nb.name
         first = "".join(cells[1]["source"])  # the cell after `parameters`
         assert first.startswith("from gpolib.runtime import setup_threads\n\nsetup_threads()"), nb.name
+
+
+def test_every_notebook_cell_has_an_id():
+    """nbformat 4.5 requires cell ids (without them every reader warns, and a later nbformat refuses them)."""
+    for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        cells = json.loads(nb.read_text())["cells"]
+        ids = [c.get("id") for c in cells]
+        assert all(ids) and len(set(ids)) == len(ids), nb.name
