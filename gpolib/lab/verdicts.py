@@ -1,9 +1,9 @@
 """Verdict words and the small rules the claims' verdicts share (each verdict sits in its notebook's module).
 
 A verdict function maps an evidence dict to `(verdict, ours_text)`. Accuracies, shares and fractions
-are in [0, 1]; "points" are 0.01. The training claims G1, S1, P2, F1, F2, R2 are judged by the rules of
-evidence of DESIGN.md (paired t-intervals) in `stats.py`; the helpers here serve the exact checks and the
-claims whose notebooks are still to come (D1-D5, P3-P5, V1, V2), which move to `stats.py` with them.
+are in [0, 1]; "points" are 0.01. Every training claim (G1, S1, D1-D5, P2, P4, P5, F1, F2, R2, V1, V2) is
+judged by the rules of evidence of DESIGN.md (paired t-intervals) in `stats.py`; the helpers here serve the
+exact checks (G2, D3, P1, P3, R1) and the verdict words.
 """
 from __future__ import annotations
 
