@@ -62,3 +62,28 @@ def test_run_without_data_record_is_treated_as_stale(tmp_path):
     (tmp_path / "old" / "config.json").write_text(json.dumps({"fingerprint": cfg.fingerprint(), "config": cfg.to_dict()}))
     with pytest.raises(RunMismatchError, match="cannot be known; it is treated as stale"):
         RunDir(tmp_path / "old", cfg).check_config()
+
+
+def test_every_committed_run_is_named_by_its_config_under_todays_defaults():
+    """A changed default leaves a committed run's folder name (key of the non-default fields) pointing at a
+    config the run no longer matches (e.g. backend 'hf' recorded when 'hf' was the default): the notebook would
+    then refuse the folder. Every committed run's recorded config, read back, must give its folder's key."""
+    import json
+    import subprocess
+
+    from gpolib import identity
+    from gpolib.config import TrainConfig
+    from gpolib.paths import repo_root
+
+    root = repo_root()
+    tracked = subprocess.run(["git", "ls-files", "reports"], cwd=root, capture_output=True, text=True).stdout.split()
+    checked = 0
+    for path in (p for p in tracked if p.endswith("/config.json") and "/runs/" in p):
+        blob = json.loads((root / path).read_text())
+        if "config" not in blob:  # a model folder (rebuild-*), not a run
+            continue
+        folder = path.rsplit("/", 2)[-2]
+        cfg = TrainConfig.from_dict(blob["config"])
+        assert folder.endswith("-" + identity.run_key(cfg, blob["data"])[:8]), path
+        checked += 1
+    assert checked >= 40  # the full profile's committed runs
