@@ -20,8 +20,8 @@ import multiprocessing as mp
 import time
 from pathlib import Path
 
-from .. import paths
-from . import runs, workbook
+from .. import paths, runtime
+from . import workbook  # torch-free: main() sets the OpenMP policy before anything imports torch
 
 BUDGET_PARAMS = {"STEPS": "steps", "PROMPTS_PER_STEP": "prompts_per_step", "EVAL_PROMPTS": "eval_prompts",
                  "EVAL_SAMPLES": "eval_samples", "MODEL": "model", "DEVICE": "device", "DTYPE": "dtype",
@@ -36,6 +36,8 @@ def notebook_params(job: workbook.Job) -> dict:
 
 def notebook_runs(job: workbook.Job) -> dict:
     """Run name -> (TrainConfig, folder) for every run the notebook trains; {} if its module has no ARMS."""
+    from . import runs
+
     module = importlib.import_module(f"gpolib.lab.{job.name.split('_', 1)[1]}")
     arms = getattr(module, "ARMS", None)
     if arms is None:
@@ -62,10 +64,9 @@ def pending(jobs: list) -> list:
 
 def _train_one(item: tuple) -> tuple:
     """Worker: one run on one thread; returns (label, seconds)."""
-    import torch
-
+    runtime.setup_threads(1)  # OMP_WAIT_POLICY comes from the parent's environment, set before torch loaded
     from ..train import train
-    torch.set_num_threads(1)
+
     label, cfg, folder = item
     t0 = time.perf_counter()
     train(cfg, folder, progress=False)
@@ -92,6 +93,7 @@ def main(argv: list | None = None) -> int:
     ap.add_argument("--only", help="comma-separated notebook prefixes, e.g. 01,06 (default: all)")
     ap.add_argument("--jobs", type=int, default=2, help="one-thread training processes at once")
     args = ap.parse_args(argv)
+    runtime.setup_threads()  # passive OpenMP waiting, inherited by the workers (spinning ones slow each other)
     prefetch(args.profile, args.only.split(",") if args.only else None, args.jobs)
     return 0
 

@@ -70,13 +70,18 @@ def cached_records(cfg, run_dir) -> pd.DataFrame:
     return df
 
 
+def length_buckets(df: pd.DataFrame, n_buckets: int) -> pd.Series:
+    """Equal-count length buckets 0..n_buckets-1 of the responses (ties broken by row order)."""
+    return pd.qcut(df["length"].rank(method="first"), n_buckets, labels=False)
+
+
 def bucket_stats(df: pd.DataFrame, n_buckets: int) -> pd.DataFrame:
     """Equal-count length buckets: mean length, Var[log prod rho], Var[log s_i], count, one row per bucket.
 
     Under independent token log-ratios of variance sigma^2, Var[log prod rho] = |o| sigma^2 (grows with
     length) while Var[log s_i] = sigma^2 / |o| (shrinks).
     """
-    bucket = pd.qcut(df["length"].rank(method="first"), n_buckets, labels=False)
+    bucket = length_buckets(df, n_buckets)
     g = df.groupby(bucket)
     return pd.DataFrame({"len_mean": g["length"].mean(), "var_log_prod_rho": g["log_prod_rho"].var(),
                          "var_log_s": g["log_s"].var(), "n": g.size()}).rename_axis("bucket").reset_index()
@@ -84,7 +89,7 @@ def bucket_stats(df: pd.DataFrame, n_buckets: int) -> pd.DataFrame:
 
 def extreme_share(df: pd.DataFrame, n_buckets: int, low: float = 0.2, high: float = 5.0) -> dict:
     """In the top length bucket: share of responses whose product ratio is < low or > high."""
-    bucket = pd.qcut(df["length"].rank(method="first"), n_buckets, labels=False)
+    bucket = length_buckets(df, n_buckets)
     top = df[bucket == n_buckets - 1]
     out = (top["log_prod_rho"] < math.log(low)) | (top["log_prod_rho"] > math.log(high))
     return {"n": int(len(top)), "min_length": int(top["length"].min()), "share": float(out.mean())}
@@ -96,7 +101,7 @@ def robust_spread(df: pd.DataFrame, n_buckets: int, trim: float = 0.01) -> pd.Da
     variance without the `trim` share of responses at each tail, and the interquartile range (robust to the
     tails); plus the mean of log prod rho and the share of the bucket's variance that its 1% most extreme
     responses carry. An exploratory view beside the verdict, never its criterion."""
-    bucket = pd.qcut(df["length"].rank(method="first"), n_buckets, labels=False)
+    bucket = length_buckets(df, n_buckets)
     rows = []
     for b, g in df.groupby(bucket):
         x = g["log_prod_rho"]
