@@ -113,8 +113,15 @@ def mlp_weights(mlp, ln: torch.Tensor) -> dict:
                 all_down=e_down.reshape(E * I2 // 2, H))
 
 
+def _autocast_on() -> bool:
+    """Whether torch.autocast is active here, on CPU or CUDA (autocast is thread-local)."""
+    return torch.is_autocast_enabled("cpu") or (torch.cuda.is_available() and torch.is_autocast_enabled("cuda"))
+
+
 def read(model, max_len: int) -> dict:
     """Everything `Decoder` needs from `model` (plain or peft-wrapped); raises Unsupported otherwise."""
+    if _autocast_on():  # a reduced-precision engine (rollout_autocast): the decoder computes in fp32 only
+        raise Unsupported("torch.autocast")
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     cfg, inner = base.config, getattr(base, "model", None)
     if cfg.model_type not in SUPPORTED or inner is None or type(inner.embed_tokens) is not torch.nn.Embedding:

@@ -97,8 +97,6 @@ def decoder_weights(model, max_len: int, engine: str = "auto"):
         raise ValueError(f"engine={engine!r} is invalid; allowed: {' | '.join(ENGINES)}")
     if engine == "hf":
         return None
-    if _autocast_on() and engine == "auto":  # a reduced-precision engine (rollout_autocast): the decoder is fp32 only
-        return None
     from .decode_weights import Unsupported, read
     try:
         return read(model, max_len)
@@ -106,11 +104,6 @@ def decoder_weights(model, max_len: int, engine: str = "auto"):
         if engine == "decoder":
             raise
         return None
-
-
-def _autocast_on() -> bool:
-    """Whether torch.autocast is active on CPU or CUDA here."""
-    return torch.is_autocast_enabled("cpu") or (torch.cuda.is_available() and torch.is_autocast_enabled("cuda"))
 
 
 @torch.inference_mode()

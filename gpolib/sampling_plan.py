@@ -83,7 +83,7 @@ def calibrate(weights: dict, ids, mask, loop, n: int) -> tuple:
 def plan(weights: dict, ids, mask, loop) -> tuple:
     """(workers, threads) for sampling this batch on the CPU: measured, cached, re-measured now and then."""
     n = torch.get_num_threads()
-    if n == 1 or ids.device.type != "cpu" or torch.is_autocast_enabled("cpu"):  # autocast is thread-local
+    if n == 1 or ids.device.type != "cpu":  # (under autocast there are no decoder weights: decode_weights.read)
         LAST.update(workers=1, threads=n, measured=False, seconds=None)
         return 1, n
     lw = weights["layers"][0]

@@ -247,3 +247,15 @@ def test_unsupported_architecture_falls_back(tok):
     a = sampler.sample(model, ids, mask, 8, tok.eos_token_id, tok.pad_token_id, greedy=True)
     b = sampler.sample(model, ids, mask, 8, tok.eos_token_id, tok.pad_token_id, greedy=True, engine="hf")
     assert torch.equal(a[0], b[0])
+
+
+def test_autocast_falls_back_to_the_transformers_forward(tok):
+    """The decoder computes in fp32: under torch.autocast (rollout_autocast, a reduced-precision engine) 'auto'
+    samples with the transformers forward and an explicit 'decoder' refuses, like an unsupported model."""
+    model = random_model("dense", tok)
+    assert sampler.decoder_weights(model, 32, "auto") is not None
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert sampler.decoder_weights(model, 32, "auto") is None
+        assert isinstance(sampler.make_engine(model, 2, 32, "auto"), sampler._HFModel)
+        with pytest.raises(Unsupported, match="autocast"):
+            sampler.decoder_weights(model, 32, "decoder")
