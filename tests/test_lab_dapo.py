@@ -27,10 +27,13 @@ def test_truncation_at_a_shorter_budget_by_hand():
 def test_arms_share_the_budget_and_form_a_ladder():
     cfgs = runs.configs(dapo.ARMS, runs.budget(steps=3, prompts_per_step=4, group_size=4, eval_prompts=8,
                                                 eval_samples=1, model="m", device="cpu", dtype="float32"))
-    assert list(cfgs) == list(dapo.LADDER) == ["grpo", "clip_higher", "overlong", "token_mean", "dapo"]
+    assert list(cfgs) == list(dapo.LADDER) == ["grpo", "overlong_filter", "clip_higher", "overlong", "token_mean", "dapo"]
     assert {(c.mu, c.max_new_tokens, c.steps, c.group_size) for c in cfgs.values()} == {(4, 144, 3, 4)}
-    diffs = [sorted(runs.config_diff(cfgs[b], cfgs[a])) for a, b in zip(cfgs, list(cfgs)[1:])]
-    assert diffs == [["loss"], ["overlong", "overlong_cache"], ["loss"], ["dynamic_sampling", "eval_every", "name"]]
+    assert set(dapo.PARENT) == set(cfgs) - {"grpo"}  # every rung but the first builds on one other
+    diffs = {b: sorted(runs.config_diff(cfgs[b], cfgs[a])) for b, a in dapo.PARENT.items()}
+    assert diffs == {"overlong_filter": ["overlong"], "clip_higher": ["loss"], "overlong": ["overlong", "overlong_cache"],
+                     "token_mean": ["loss"], "dapo": ["dynamic_sampling", "eval_every", "name"]}
+    assert cfgs["overlong_filter"].overlong == "filter" and cfgs["overlong_filter"].loss == cfgs["grpo"].loss
     assert cfgs["grpo"].loss.eps_high == 0.2 and cfgs["clip_higher"].loss.eps_high == 0.28
     assert cfgs["overlong"].overlong_cache_len == 29 == round(0.2 * 144)  # DAPO's share 4096 / 20480
     assert cfgs["token_mean"].loss.aggregation == cfgs["dapo"].loss.aggregation == "token_mean"
@@ -185,11 +188,13 @@ def _fake_runs(seeds=(0, 1, 2), n=8):
                              "clip/high_pi_old": 0.1 + 0.01 * s, "groups/all_correct": 0.1 if t < 2 else 0.4 if t >= 6 else 0.2,
                              "groups/zero_var_trained": 0.0, "gen/batches": 2 if arm == "dapo" else 1,
                              "gen/samples": 16 if arm == "dapo" else 8,
-                             "trunc/frac": (0.02 if arm == "overlong" else 0.1) if t >= 6 else 0.05})
+                             "trunc/frac": {"overlong": 0.02, "overlong_filter": 0.15}.get(arm, 0.1) if t >= 6 else 0.05,
+                             "clip/high": 0.004, "clip/low": 0.001, "acc/mean": 0.5 if t >= 6 else 0.4,
+                             "len/mean": 110.0 if arm == "overlong_filter" else 100.0, "groups/kept": 4})
             metrics[f"{arm}/seed{s}"] = rows
             acc = {a: 0.3 + 0.02 * i for i, a in enumerate(dapo.ARMS)}[arm] + 0.001 * s
             evals = [{"step": t, "acc/sample": acc * t / n, "trunc/frac": 0.06} for t in range(0, n + 1, 2)]
-            summaries[f"{arm}/seed{s}"] = {"eval": evals, "eval_start": evals[0], "eval_end": evals[-1]}
+            summaries[f"{arm}/seed{s}"] = {"eval": evals, "eval_start": evals[0], "eval_end": evals[-1], "wall_s": 60.0}
     return metrics, summaries
 
 
@@ -204,8 +209,8 @@ def test_evidence_from_hand_made_runs():
     assert e["trunc_base"] == [0.06] * 3
     # DAPO generates 16 per step: 64 samples are reached after step 4, its evaluation at step 4
     assert e["ds_eval_step"] == [4] * 3 and e["ds_eval_samples"] == [64] * 3
-    assert e["ladder"]["dapo"] == pytest.approx([0.38 * 4 / 8 + 0.001 * s * 4 / 8 for s in range(3)])
-    assert e["ladder_steps"]["dapo"] == pytest.approx([0.38 + 0.001 * s for s in range(3)])
+    assert e["ladder"]["dapo"] == pytest.approx([0.40 * 4 / 8 + 0.001 * s * 4 / 8 for s in range(3)])
+    assert e["ladder_steps"]["dapo"] == pytest.approx([0.40 + 0.001 * s for s in range(3)])
     assert e["ladder"]["grpo"] == e["ladder_steps"]["grpo"]
     v = {cid: dapo.VERDICTS[cid]({**e, "eq13_exact": True}) for cid in ("D1", "D2", "D4", "D5")}
     # equal per-seed differences: a zero-width interval at the difference
@@ -213,8 +218,27 @@ def test_evidence_from_hand_made_runs():
     assert v["D2"].word == dapo.stats.REPRODUCED  # rise 0.3 >= 0.10; no zero-variance group trained
     assert v["D4"].word == dapo.stats.REPRODUCED  # base truncates 6% >= 3%; shaping cuts 0.08
     assert "mean pi_old of up-clipped tokens 0.110" in v["D1"].text
-    assert v["D5"].word == dapo.stats.NOT  # DAPO at half its steps: 0.19 < GRPO's 0.30
+    assert v["D5"].word == dapo.stats.NOT  # DAPO at half its steps: 0.20 < GRPO's 0.30
     assert "worst rung: dapo" in v["D5"].text
+    # the filtering side arm is noted under D4: truncation 0.15 vs GRPO's 0.10, accuracy +0.02 in every seed
+    assert e["trunc_with_filter"] == [0.15] * 3 and e["trunc_naive"] == [0.1] * 3
+    assert "overlong filtering vs naive GRPO: truncation share over the last 20% of steps 0.1500 vs 0.1000" in v["D4"].text
+    assert "filtering - naive GRPO: mean +0.020" in v["D4"].text
+
+
+def test_what_we_saw_states_the_evidence_in_words():
+    metrics, summaries = _fake_runs()
+    e = dapo.d_evidence(metrics, summaries, range(3), samples_budget=8 * 8)
+    words = {"D1": "w1", "D2": "w2", "D4": "w4", "D5": "w5"}
+    text = "\n".join(dapo.what_we_saw(e, metrics, summaries, words, max_gen=3, l_max=144))
+    assert "entropy over the last 25% of steps 0.3000 (GRPO) vs 0.5000 (Clip-Higher)" in text
+    assert "0.400% of tokens were clipped above and 0.100% below" in text  # the rare-clip sentence follows
+    assert "GRPO's all-correct share 0.10 (first 20% of steps) -> 0.40 (last 20%), a change of +0.30" in text
+    assert "2.00 generation batches per step, hit max_gen_batches = 3 in 0% of steps" in text
+    assert "D4 (w4): the base truncates 6.0%" in text and "10.0% of responses were truncated without and 2.0% with" in text
+    assert "truncated share 15.0% vs 10.0% without it, mean length 110 vs 100 tokens" in text
+    assert "D5 (w5): held-out accuracy 30.1 -> 32.1 -> 34.1 -> 36.1 -> 38.1 -> 20.1" in text  # DAPO read at step 4 of 8: 0.2005
+    assert "total 18.0." in text  # 6 arms x 3 seeds x 1 min
 
 
 def test_d5_needs_every_rung_within_its_interval():
@@ -225,7 +249,10 @@ def test_d5_needs_every_rung_within_its_interval():
     v = dapo.verdict_d5({"ladder": drop})
     assert v.word == dapo.stats.NOT and "worst rung: overlong" in v.text
     steps = dict(dapo.step_intervals(good))
-    assert list(steps) == ["clip_higher", "overlong", "token_mean", "dapo"]
+    assert list(steps) == ["clip_higher", "overlong", "token_mean", "dapo"]  # no filtering rung in `good`
+    side = dict(dapo.step_intervals({**good, "overlong_filter": [0.36, 0.37, 0.38]}))
+    assert side["overlong_filter"].mean == pytest.approx(0.06)  # against naive GRPO, its parent
+    assert side["clip_higher"].mean == pytest.approx(steps["clip_higher"].mean)  # Clip-Higher too
     assert steps["dapo"].mean == pytest.approx((0.05 + 0.06 + 0.03) / 3)
 
 

@@ -8,7 +8,8 @@
   generated and trained, `sampling_table`; held-out accuracy at equal generated samples, `eval_at_samples`;
 - the per-token gradient weights of sample- and token-level aggregation by autograd on any lengths,
   `aggregation_weights`;
-- D1-D5 evidence (`d_evidence`) and their rules (`RULES`, `stats`): `verdict_d1` ... `verdict_d5`.
+- D1-D5 evidence (`d_evidence`) and their rules (`RULES`, `stats`): `verdict_d1` ... `verdict_d5`; the numbers
+  behind them in words, `what_we_saw`.
 Derivations live in notebook 03; docstrings name the formula they compute.
 """
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pandas as pd
 import torch
 
 from ..config import LossConfig
+from ..metrics import mean_of
 from ..objectives import group_advantages
 from ..rewards import soft_overlong_penalty
 from . import stats
@@ -43,6 +45,7 @@ evaluation whose generated samples do not exceed those of the other rungs (D5 at
 _COMMON = {"mu": MU, "max_new_tokens": MAX_NEW_TOKENS}
 ARMS = {
     "grpo": {"preset": "grpo", **_COMMON},
+    "overlong_filter": {"preset": "grpo", **_COMMON, "overlong": "filter"},
     "clip_higher": {"preset": "grpo", **_COMMON, "loss_eps_high": 0.28},
     "overlong": {"preset": "grpo", **_COMMON, "loss_eps_high": 0.28, "overlong": "shaping",
                  "overlong_cache": OVERLONG_CACHE},
@@ -50,13 +53,20 @@ ARMS = {
                    "overlong_cache": OVERLONG_CACHE, "loss_aggregation": "token_mean"},
     "dapo": {"preset": "dapo", **_COMMON, "overlong_cache": OVERLONG_CACHE, "eval_every": DS_EVAL_EVERY},
 }
-"""the ladder, each rung adding one component to the one before (equal prompts, G, lr, budget and seeds):
-naive GRPO (clip 0.2/0.2, sample-level mean) -> Clip-Higher (0.2/0.28; D1 vs grpo) -> soft overlong
-punishment (Eq. 13; D4 vs clip_higher) -> token-level loss (D3 vs overlong) -> dynamic sampling = DAPO (D2)"""
-LADDER = {"grpo": ("naive GRPO", 30), "clip_higher": ("+ Clip-Higher", 38), "overlong": ("+ soft overlong punishment", 41),
+"""the ladder in DAPO Tab. 1's order (equal prompts, G, lr, budget and seeds), each rung adding one component
+to its `PARENT`: naive GRPO (clip 0.2/0.2, sample-level mean) -> overlong filtering (side rung, D4) ->
+Clip-Higher (0.2/0.28; D1 vs grpo) -> soft overlong punishment (Eq. 13; D4 vs clip_higher) -> token-level
+loss (D3 vs overlong) -> dynamic sampling = DAPO (D2)"""
+PARENT = {"overlong_filter": "grpo", "clip_higher": "grpo", "overlong": "clip_higher", "token_mean": "overlong",
+          "dapo": "token_mean"}
+"""rung -> the rung it adds one component to. Overlong filtering is a side rung on naive GRPO: filtering
+masks the loss of truncated responses while the soft punishment gives them its -1, so stacked under the
+later rungs the filter would silence the punishment of truncated answers (DAPO's final recipe keeps the
+punishment). The paper's rows are cumulative; ours from Clip-Higher on build on naive GRPO without the filter."""
+LADDER = {"grpo": ("naive GRPO", 30), "overlong_filter": ("+ overlong filtering", 36),
+          "clip_higher": ("+ Clip-Higher", 38), "overlong": ("+ soft overlong punishment", 41),
           "token_mean": ("+ token-level loss", 42), "dapo": ("+ dynamic sampling (DAPO)", 50)}
-"""arm -> (row label, the paper's AIME24 avg@32 of that row, DAPO Tab. 1; its '+ overlong filtering' row, 36,
-sits between naive GRPO and Clip-Higher and has no rung here)"""
+"""arm -> (row label, the paper's AIME24 avg@32 of that row, DAPO Tab. 1)"""
 
 D1_ENTROPY = stats.Greater("policy entropy over the last 25% of steps (nats/token), Clip-Higher - GRPO", fmt="+.4f")
 D1_ACC = stats.NotWorse("held-out accuracy (T = 1), Clip-Higher - GRPO")
@@ -240,6 +250,10 @@ def d_evidence(metrics: dict, summaries: dict, seeds, samples_budget: int) -> di
                                for s in seeds],
         "trunc_without_shaping": [window_mean(_arm(metrics, "clip_higher", s), "trunc/frac", WINDOW_FRAC, "last")
                                   for s in seeds],
+        "trunc_with_filter": [window_mean(_arm(metrics, "overlong_filter", s), "trunc/frac", WINDOW_FRAC, "last")
+                              for s in seeds],
+        "trunc_naive": [window_mean(_arm(metrics, "grpo", s), "trunc/frac", WINDOW_FRAC, "last") for s in seeds],
+        "acc_filter": end["overlong_filter"],
         "ladder": equal, "ladder_steps": end, "ds_eval_step": [e["step"] for e in ds_at],
         "ds_eval_samples": [e["samples"] for e in ds_at],
     }
@@ -267,16 +281,22 @@ def verdict_d3(e: dict) -> tuple:
 
 
 def verdict_d4(e: dict) -> stats.Verdict:
-    """D4: `D4_RULE` (Eq. 13 exact; truncation lower with shaping), if the base truncates >= 3% at L_max."""
-    return D4_RULE.judge([D4_EQ13.judge(1.0 if e["eq13_exact"] else 0.0),
-                          D4_CUT.judge(e["trunc_without_shaping"], e["trunc_with_shaping"])],
-                         [D4_BASE.judge(e["trunc_base"])])
+    """D4: `D4_RULE` (Eq. 13 exact; truncation lower with shaping), if the base truncates >= 3% at L_max; the
+    overlong-filtering side arm against naive GRPO is noted (reported, not judged: DESIGN's D4 is the shaping)."""
+    v = D4_RULE.judge([D4_EQ13.judge(1.0 if e["eq13_exact"] else 0.0),
+                       D4_CUT.judge(e["trunc_without_shaping"], e["trunc_with_shaping"])],
+                      [D4_BASE.judge(e["trunc_base"])])
+    if "trunc_with_filter" not in e:
+        return v
+    return v.with_note(f"overlong filtering vs naive GRPO: truncation share over the last 20% of steps "
+                       f"{stats.seed_mean(e['trunc_with_filter'], '.4f')} vs {stats.seed_mean(e['trunc_naive'], '.4f')}; "
+                       + stats.describe(stats.paired(e["acc_filter"], e["acc_base"]),
+                                        "held-out accuracy, filtering - naive GRPO"))
 
 
 def step_intervals(ladder: dict) -> list:
-    """(rung, paired interval of its accuracy minus the previous rung's) for each rung after the first."""
-    arms = list(ladder)
-    return [(b, stats.paired(ladder[b], ladder[a])) for a, b in zip(arms, arms[1:])]
+    """(rung, paired interval of its accuracy minus its `PARENT`'s) for each rung of `ladder` whose parent is there."""
+    return [(b, stats.paired(ladder[b], ladder[PARENT[b]])) for b in ladder if PARENT.get(b) in ladder]
 
 
 def verdict_d5(e: dict) -> stats.Verdict:
@@ -293,3 +313,100 @@ def verdict_d5(e: dict) -> stats.Verdict:
 
 
 VERDICTS = {"D1": verdict_d1, "D2": verdict_d2, "D3": verdict_d3, "D4": verdict_d4, "D5": verdict_d5}
+
+
+# ---------------------------------------------------------------- the numbers in words
+
+def _mean(xs) -> float:
+    return mean_of(xs, empty=float("nan"))
+
+
+class _Runs:
+    """The runs of `ARMS` as `what_we_saw` reads them: means over seeds per arm."""
+
+    def __init__(self, metrics: dict, summaries: dict):
+        self.metrics, self.summaries = metrics, summaries
+        self.seeds = sorted({int(n.split("seed")[1]) for n in metrics})
+        self.steps = max(len(m) for m in metrics.values())
+
+    def arm(self, arm: str) -> dict:
+        return {n: m for n, m in self.metrics.items() if n.split("/")[0] == arm}
+
+    def mean(self, arm: str, key: str, frac: float = 1.0, which: str = "last") -> float:
+        return _mean(window_mean(m, key, frac, which) for m in self.arm(arm).values())
+
+    def held(self, arm: str, when: str) -> float:
+        return _mean(self.summaries[f"{arm}/seed{s}"][f"eval_{when}"]["acc/sample"] for s in self.seeds)
+
+
+def _words_d1(e: dict, r: _Runs, word: str) -> list:
+    clip_hi, clip_lo, up = r.mean("grpo", "clip/high"), r.mean("grpo", "clip/low"), _mean(e["pi_old_upclipped"])
+    lines = [f"D1 ({word}): entropy over the last 25% of steps {_mean(e['entropy_base']):.4f} (GRPO) vs "
+             f"{_mean(e['entropy_high']):.4f} (Clip-Higher) nats/token; held-out accuracy {_mean(e['acc_base']):.3f} "
+             f"vs {_mean(e['acc_high']):.3f}. Under GRPO's clip [0.8, 1.2] {clip_hi:.3%} of tokens were clipped above "
+             f"and {clip_lo:.3%} below (mean over steps, mu = {MU})."]
+    if clip_hi < 0.01:
+        lines.append("    The token ratios rarely reach the clip bounds in our runs, so widening the upper bound has little "
+                     "to act on at this scale: the two arms differ only on that small share of tokens.")
+    lines.append("    " + ("No token was clipped above." if not math.isfinite(up) else
+                           f"Mean pi_old of the up-clipped tokens {up:.3f}: the paper's 'below 0.2' "
+                           f"{'holds' if up < 0.2 else 'does not hold'} here."))
+    return lines
+
+
+def _words_d2(e: dict, r: _Runs, word: str, max_gen: int) -> list:
+    first, last, W = _mean(e["all_correct_first"]), _mean(e["all_correct_last"]), WINDOW_FRAC
+    lines = [f"D2 ({word}): GRPO's all-correct share {first:.2f} (first 20% of steps) -> {last:.2f} (last 20%), "
+             f"a change of {last - first:+.2f}; its training accuracy {r.mean('grpo', 'acc/mean', W, 'first'):.3f} -> "
+             f"{r.mean('grpo', 'acc/mean', W):.3f} and held-out accuracy {r.held('grpo', 'start'):.3f} -> "
+             f"{r.held('grpo', 'end'):.3f}."]
+    if last - first < 0.10:
+        lines.append(f"    The share of all-correct groups follows the accuracy on the training prompts; it rises only where "
+                     f"training accuracy rises, and in {r.steps} steps it did not rise by 0.10 here (the paper's Fig. 3b "
+                     f"spans thousands of steps).")
+    at_cap = sampling_table(r.arm("dapo"), max_gen)["steps at max_gen_batches"].mean()
+    lines.append(f"    Dynamic sampling needed {_mean(e['gen_batches_per_step']):.2f} generation batches per step, hit "
+                 f"max_gen_batches = {max_gen} in {at_cap:.0%} of steps, and trained a zero-variance group in "
+                 f"{1 - _mean(e['ds_clean_steps']):.0%} of steps.")
+    return lines
+
+
+def _words_d4(e: dict, r: _Runs, word: str, l_max: int) -> list:
+    W = WINDOW_FRAC
+    return [f"D4 ({word}): the base truncates {_mean(e['trunc_base']):.1%} of held-out responses at L_max = {l_max}; "
+            f"over the last 20% of steps {_mean(e['trunc_without_shaping']):.1%} of responses were truncated without and "
+            f"{_mean(e['trunc_with_shaping']):.1%} with shaping; mean length {r.mean('clip_higher', 'len/mean', W):.0f} "
+            f"vs {r.mean('overlong', 'len/mean', W):.0f} tokens; held-out accuracy {r.held('clip_higher', 'end'):.3f} vs "
+            f"{r.held('overlong', 'end'):.3f}.",
+            f"    Overlong filtering (on naive GRPO): truncated share {_mean(e['trunc_with_filter']):.1%} vs "
+            f"{_mean(e['trunc_naive']):.1%} without it, mean length {r.mean('overlong_filter', 'len/mean', W):.0f} vs "
+            f"{r.mean('grpo', 'len/mean', W):.0f} tokens, held-out accuracy {r.held('overlong_filter', 'end'):.3f} vs "
+            f"{r.held('grpo', 'end'):.3f}. A truncated response has no answer line and scores 0: without the filter "
+            f"it is trained as a wrong answer, with it it is not trained at all."]
+
+
+def _words_d5(e: dict, r: _Runs, word: str, l_max: int) -> list:
+    W = WINDOW_FRAC
+    lines = [f"D5 ({word}): held-out accuracy " + " -> ".join(f"{100 * _mean(v):.1f}" for v in e["ladder"].values())
+             + f" (DAPO read at step(s) {e['ds_eval_step']}; at the end of its run, with more samples: "
+             f"{100 * _mean(e['ladder_steps']['dapo']):.1f}); the base: {100 * r.held('grpo', 'start'):.1f}."]
+    gain = r.held("grpo", "end") - r.held("grpo", "start")
+    if gain < 0.02:
+        lines.append(f"    Naive GRPO itself gained {100 * gain:+.1f} points over the base in {r.steps} steps, so the rungs "
+                     f"are compared close to the base policy, where the components have had little training to change.")
+    lines.append(f"    Under naive GRPO the mean training length went {r.mean('grpo', 'len/mean', W, 'first'):.0f} -> "
+                 f"{r.mean('grpo', 'len/mean', W):.0f} tokens and the truncated share "
+                 f"{r.mean('grpo', 'trunc/frac', W, 'first'):.1%} -> {r.mean('grpo', 'trunc/frac', W):.1%} "
+                 f"(first -> last 20% of steps) at L_max = {l_max}.")
+    return lines
+
+
+def what_we_saw(e: dict, metrics: dict, summaries: dict, words: dict, *, max_gen: int, l_max: int) -> list:
+    """The numbers behind D1, D2, D4 and D5 in sentences, from `d_evidence`'s `e`, the runs' per-step
+    `metrics` and `summaries` ("<arm>/seed<s>"), the verdict words per claim, `max_gen_batches` and L_max."""
+    r = _Runs(metrics, summaries)
+    wall = pd.Series({n: s["wall_s"] for n, s in summaries.items()}).groupby(lambda n: n.split("/")[0]).sum() / 60
+    return (_words_d1(e, r, words["D1"]) + _words_d2(e, r, words["D2"], max_gen) + _words_d4(e, r, words["D4"], l_max)
+            + _words_d5(e, r, words["D5"], l_max)
+            + ["Training time per arm, all seeds (min): " + ", ".join(f"{a} {wall[a]:.1f}" for a in ARMS if a in wall)
+               + f"; total {wall.sum():.1f}."])
