@@ -54,7 +54,9 @@ def settable_fields() -> str:
 def add_train(sub) -> None:
     p = sub.add_parser("train", help="one RL run of a preset", epilog=settable_fields(),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--preset", required=True, help="grpo | dapo | gspo | gfpo | dr_grpo")
+    from gpolib.presets import PRESETS
+
+    p.add_argument("--preset", required=True, help=" | ".join(PRESETS))
     p.add_argument("--out", required=True, help="run directory (resumes / reuses a run of the same config)")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="override a TrainConfig field (loss_<field> for LossConfig); repeatable")
