@@ -104,15 +104,17 @@ def apply_op(a: int, op: str, b: int) -> int:
     raise ValueError(f"op={op!r} is invalid; allowed: {OPS}")
 
 
-def make_problem(rng: random.Random, n_ops: int) -> Problem:
+def make_problem(rng: random.Random, n_ops: int, p_mul: float = P_MUL) -> Problem:
     """A chain with `n_ops` operators from a start in 10..99: `*` takes 2..9 (while the value is
-    <= MUL_MAX, with probability P_MUL), `+`/`-` take 1..20 (`-` never goes below 0)."""
+    <= MUL_MAX, with probability `p_mul`), `+`/`-` take 1..20 (`-` never goes below 0)."""
     if not MIN_OPS <= n_ops <= MAX_OPS:
         raise ValueError(f"n_ops={n_ops!r} is invalid; allowed: {MIN_OPS}..{MAX_OPS}")
+    if not 0.0 <= p_mul <= 1.0:
+        raise ValueError(f"p_mul={p_mul!r} is invalid; allowed: a probability in [0, 1]")
     value = rng.randint(10, 99)
     operands, ops = [value], []
     for _ in range(n_ops):
-        if value <= MUL_MAX and rng.random() < P_MUL:
+        if value <= MUL_MAX and rng.random() < p_mul:
             op, b = "*", rng.randint(2, 9)
         else:
             b = rng.randint(1, 20)

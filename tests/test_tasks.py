@@ -5,7 +5,7 @@ import random
 import pytest
 
 from gpolib.rewards import parse_answer
-from gpolib.tasks import (MAX_OPS, MIN_OPS, Problem, apply_op, default_task_path, line_kinds, load_tasks,
+from gpolib.tasks import (MAX_OPS, MIN_OPS, MUL_MAX, Problem, apply_op, default_task_path, line_kinds, load_tasks,
                           long_product, make_problem, make_splits, product_steps, solution_text, write_splits)
 from gpolib.tokenizer import build_tokenizer
 
@@ -59,6 +59,19 @@ def test_problem_evaluates_left_to_right():
         apply_op(1, "/", 2)
     with pytest.raises(ValueError, match="n_ops"):
         make_problem(random.Random(0), 1)
+    with pytest.raises(ValueError, match="p_mul=1.5"):
+        make_problem(random.Random(0), 3, p_mul=1.5)
+
+
+def test_the_share_of_products_is_a_parameter():
+    """p_mul = 1: a product at every step while the running value allows one (<= MUL_MAX); p_mul = 0: none;
+    the default draws the shipped splits (checked above against the files)."""
+    rng = random.Random(3)
+    for _ in range(50):
+        p = make_problem(rng, 6, p_mul=1.0)
+        for value, op in zip(p.values(), p.ops):
+            assert (op == "*") == (value <= MUL_MAX)
+        assert "*" not in make_problem(rng, 6, p_mul=0.0).ops
 
 
 def test_long_product_by_hand():
