@@ -84,6 +84,8 @@ def prefetch(profile: str, only: list | None, n_jobs: int) -> int:
         for i, (label, secs) in enumerate(pool.imap_unordered(_train_one, todo), 1):
             print(f"[{i}/{len(todo)}] {label} done in {secs:.0f} s ({time.perf_counter() - t0:.0f} s so far)",
                   flush=True)
+        pool.close()  # let the workers exit on their own: the context manager's terminate() kills them, and
+        pool.join()   # a killed worker leaves its semaphores to the resource tracker's 'leaked' warning
     return len(todo)
 
 
