@@ -8,6 +8,7 @@ Prints the first compiled call (compilation included), then eager and compiled w
 whether the sampled ids are identical and the largest log-prob difference.
 
     python benchmarks/decode_compile.py [--repeats 3] [--threads 1]
+    python benchmarks/decode_compile.py --profile    # the eager decoder's op profile only (torch.profiler)
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--max-new-tokens", type=int, default=192)
+    ap.add_argument("--profile", action="store_true", help="print the eager decoder's op profile and stop")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     model, tok = load_policy("data/models/tiny-qwen3", lora_r=16)
@@ -50,6 +52,14 @@ def main() -> None:
         out = sampler._loop(net, ids, mask, *loop_args, u)
         return time.perf_counter() - t0, out
 
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile
+
+        run(False)  # warm-up
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            run(False)
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
+        return
     compiled_step = torch.compile(decode.Decoder.step, dynamic=True)
     first, _ = run(True)
     print(f"first compiled call (compilation included): {first:.1f} s", flush=True)
