@@ -173,6 +173,12 @@ def test_v2_evidence_and_tables():
     p = lb.paired_table(e)
     assert p.loc["VAPO - GRPO", "mean"] == pytest.approx(0.10) and p.loc["VAPO - DAPO", "n"] == 3
     assert set(lb.value_curves(metrics)) == {f"vapo/seed{s}" for s in seeds}
+    text = "\n".join(lb.what_we_saw(lb.v1_evidence(_cost()), e, {"V1": "w1", "V2": "w2"}))
+    assert "V1 (w1): at equal samples a PPO step costs 1.50x GRPO's CPU time and 1.50x its peak memory" in text
+    assert "x1.12 (value adapter on the shared base) to x2.00 (a separate value model)" in text
+    assert "V2 (w2): held-out accuracy VAPO 0.610, DAPO 0.597, GRPO 0.510 (base 0.400); held-out length 90.0" in text
+    assert "VAPO 0.6500, DAPO 0.6500, GRPO 0.6500" in text and "explains 0.50 of the variance" in text
+    assert lb.what_we_saw(None, e, {"V2": "w2"})[0].startswith("V2 (w2)")  # no benchmark file: V2 only
 
 
 def test_pretrain_curves():

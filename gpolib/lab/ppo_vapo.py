@@ -319,3 +319,24 @@ def advantage_heatmap(ax, response: dict, key: str = "A", per_row: int = 16, vma
         ax.text(k % per_row, k // per_row, text, ha="center", va="center", fontsize=6, color="white" if dark else "black")
     ax.set_xticks([]), ax.set_yticks([])
     return im
+
+
+def what_we_saw(v1: dict | None, e: dict, words: dict) -> list:
+    """V1 and V2's numbers in sentences, from `v1_evidence` (None: no benchmark file) and `v2_evidence` (`e`);
+    `words`: the verdict word per claim. Seed means."""
+    m = lambda key, fmt=".3f": stats.seed_mean(e[key], fmt)  # noqa: E731
+    lines = []
+    if v1:
+        lines.append(f"V1 ({words['V1']}): at equal samples a PPO step costs {v1['time_ppo'] / v1['time_grpo']:.2f}x "
+                     f"GRPO's CPU time and {v1['mem_ppo'] / v1['mem_grpo']:.2f}x its peak memory here; at 0.5B the "
+                     f"arithmetic gives x{v1['ratio_05b_shared']:.2f} (value adapter on the shared base) to "
+                     f"x{v1['ratio_05b_copy']:.2f} (a separate value model) in memory.")
+    ent = {arm: m(f"entropy_{arm}", ".4f") for arm in ARMS}
+    lines.append(f"V2 ({words['V2']}): held-out accuracy VAPO {m('acc_vapo')}, DAPO {m('acc_dapo')}, GRPO {m('acc_grpo')} "
+                 f"(base {m('acc_base')}); held-out length {m('len_vapo', '.1f')} / {m('len_dapo', '.1f')} / "
+                 f"{m('len_grpo', '.1f')} tokens.")
+    lines.append(f"    Policy entropy over the last 25% of steps (nats/token): VAPO {ent['vapo']}, DAPO {ent['dapo']}, "
+                 f"GRPO {ent['grpo']}.")
+    lines.append(f"    The value model explains {m('ev_vapo', '.2f')} of the variance of its targets over the last 25% of "
+                 f"steps (1 = perfect, 0 = no better than a constant).")
+    return lines
