@@ -150,6 +150,20 @@ def test_record_then_build(tmp_path, capsys):
     assert md.count("\n| ") == 1 + len(report.CLAIMS) and "1/\\|o\\|" in md
 
 
+def test_a_rerun_with_the_same_result_leaves_the_record_alone(tmp_path):
+    """Only the timestamp would differ: the file (and so claims.json) is not rewritten; a new number is."""
+    f = tmp_path / "reports/claims/G1.json"
+    report.record("G1", GOOD["G1"], [], "full", root=tmp_path)
+    f.write_text(f.read_text().replace(json.loads(f.read_text())["timestamp"], "2000-01-01T00:00:00+00:00"))
+    report.build("full", root=tmp_path)
+    report.record("G1", GOOD["G1"], [], "full", root=tmp_path)
+    assert json.loads(f.read_text())["timestamp"] == "2000-01-01T00:00:00+00:00"
+    assert report.build("full", root=tmp_path) == []
+    report.record("G1", {**GOOD["G1"], "acc_after": [0.9, 0.9, 0.9]}, [], "full", root=tmp_path)
+    assert json.loads(f.read_text())["timestamp"] != "2000-01-01T00:00:00+00:00"
+    assert report.build("full", root=tmp_path) == ["claims.json", "claims.md"]
+
+
 def test_smoke_is_kept_apart(tmp_path):
     report.record("F2", GOOD["F2"], [], "smoke", root=tmp_path)
     report.build("smoke", root=tmp_path)

@@ -113,9 +113,20 @@ def record(claim_id: str, evidence: dict, runs: list[str], profile: str, root: P
            "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     out = paths.claims_dir(profile, root) / f"{claim_id}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(jsonio.dumps(rec, indent=2, why=why) + "\n")
+    text = jsonio.dumps(rec, indent=2, why=why) + "\n"
+    if not _same_but_time(out, text):  # a rerun that changes nothing leaves the record (and its time) alone
+        out.write_text(text)
     print(f"{claim_id} [{profile}]: {v.show()}")
     return json.loads(out.read_text())
+
+
+def _same_but_time(path: Path, text: str) -> bool:
+    """True if the record at `path` equals the record `text` in everything but its timestamp."""
+    if not path.exists():
+        return False
+    old, new = json.loads(path.read_text()), json.loads(text)
+    old.pop("timestamp", None), new.pop("timestamp", None)
+    return old == new
 
 
 def collect(profile: str = "full", root: Path | str | None = None) -> list[dict]:
