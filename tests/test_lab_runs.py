@@ -52,3 +52,11 @@ def test_windows_and_means_skip_none_and_nan():
     assert runs.mean_over(rows, "x") == 2.0 and math.isnan(runs.mean_over(rows, "z"))
     assert runs.window(rows, 0.4) == rows[-2:] and runs.window(rows, 0.4, "first") == rows[:2]
     assert runs.window(rows[:2], 0.01) == rows[1:2]  # at least one step
+
+
+def test_arm_of_and_by_arm_read_the_names_configs_makes():
+    named = {"grpo/seed0": 1, "dr_grpo/seed0": 2, "grpo/seed1": 3, "gspo": 4}
+    assert [runs.arm_of(n) for n in named] == ["grpo", "dr_grpo", "grpo", "gspo"]
+    assert runs.by_arm(named, "grpo") == {"grpo/seed0": 1, "grpo/seed1": 3}  # not dr_grpo: the arm, not a suffix
+    assert runs.by_arm(named, "gspo", "dr_grpo") == {"dr_grpo/seed0": 2, "gspo": 4}  # in `named`'s order
+    assert runs.by_arm(named, "dapo") == {}

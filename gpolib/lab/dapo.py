@@ -25,7 +25,7 @@ from ..objectives import group_advantages
 from ..rewards import soft_overlong_penalty
 from . import stats
 from .dr_grpo import token_weights
-from .runs import mean_over, window
+from .runs import arm_of, by_arm, mean_over, window
 from .verdicts import EXACT_TOL, NOT, REPRODUCED
 
 MAX_NEW_TOKENS = 144
@@ -329,11 +329,8 @@ class _Runs:
         self.seeds = sorted({int(n.split("seed")[1]) for n in metrics})
         self.steps = max(len(m) for m in metrics.values())
 
-    def arm(self, arm: str) -> dict:
-        return {n: m for n, m in self.metrics.items() if n.split("/")[0] == arm}
-
     def mean(self, arm: str, key: str, frac: float = 1.0, which: str = "last") -> float:
-        return _mean(window_mean(m, key, frac, which) for m in self.arm(arm).values())
+        return _mean(window_mean(m, key, frac, which) for m in by_arm(self.metrics, arm).values())
 
     def held(self, arm: str, when: str) -> float:
         return _mean(self.summaries[f"{arm}/seed{s}"][f"eval_{when}"]["acc/sample"] for s in self.seeds)
@@ -364,7 +361,7 @@ def _words_d2(e: dict, r: _Runs, word: str, max_gen: int) -> list:
         lines.append(f"    The share of all-correct groups follows the accuracy on the training prompts; it rises only where "
                      f"training accuracy rises, and in {r.steps} steps it did not rise by 0.10 here (the paper's Fig. 3b "
                      f"spans thousands of steps).")
-    at_cap = sampling_table(r.arm("dapo"), max_gen)["steps at max_gen_batches"].mean()
+    at_cap = sampling_table(by_arm(r.metrics, "dapo"), max_gen)["steps at max_gen_batches"].mean()
     lines.append(f"    Dynamic sampling needed {_mean(e['gen_batches_per_step']):.2f} generation batches per step, hit "
                  f"max_gen_batches = {max_gen} in {at_cap:.0%} of steps, and trained a zero-variance group in "
                  f"{1 - _mean(e['ds_clean_steps']):.0%} of steps.")
@@ -405,7 +402,7 @@ def what_we_saw(e: dict, metrics: dict, summaries: dict, words: dict, *, max_gen
     """The numbers behind D1, D2, D4 and D5 in sentences, from `d_evidence`'s `e`, the runs' per-step
     `metrics` and `summaries` ("<arm>/seed<s>"), the verdict words per claim, `max_gen_batches` and L_max."""
     r = _Runs(metrics, summaries)
-    wall = pd.Series({n: s["wall_s"] for n, s in summaries.items()}).groupby(lambda n: n.split("/")[0]).sum() / 60
+    wall = pd.Series({n: s["wall_s"] for n, s in summaries.items()}).groupby(arm_of).sum() / 60
     return (_words_d1(e, r, words["D1"]) + _words_d2(e, r, words["D2"], max_gen) + _words_d4(e, r, words["D4"], l_max)
             + _words_d5(e, r, words["D5"], l_max)
             + ["Training time per arm, all seeds (min): " + ", ".join(f"{a} {wall[a]:.1f}" for a in ARMS if a in wall)

@@ -225,9 +225,11 @@ def cost_by_arm(metrics: dict, summaries: dict) -> pd.DataFrame:
     """Per arm (means over its seeds): generated samples per RL step, value pre-training samples, and the
     training runs' own time per step (rollout + update) and its value-model part. The times come from runs
     trained side by side on a shared machine: reported, not judged (V1 is judged on benchmarks/value_cost.py)."""
+    from .runs import by_arm
+
     rows = {}
     for arm in ARMS:
-        names = [n for n in metrics if n.split("/")[0] == arm]
+        names = list(by_arm(metrics, arm))
         per = lambda f: float(np.mean([f(n) for n in names]))  # noqa: E731
         rows[arm] = {
             "samples / RL step": per(lambda n: np.mean([r["gen/samples"] for r in metrics[n]])),

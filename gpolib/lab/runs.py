@@ -51,6 +51,16 @@ def configs(arms: dict, shared: dict, seeds=None) -> dict:
     return out
 
 
+def arm_of(name: str) -> str:
+    """The arm of a run name made by `configs`: "<arm>/seed<s>" (or a bare "<arm>") -> "<arm>"."""
+    return name.split("/")[0]
+
+
+def by_arm(named: dict, *arms: str) -> dict:
+    """The entries of `named` (run name -> anything) whose arm is one of `arms`, in their order in `named`."""
+    return {n: v for n, v in named.items() if arm_of(n) in arms}
+
+
 def run_dirs(profile: str, notebook: str, cfgs: dict, home: dict | None = None) -> dict:
     """Run name -> its folder, keyed by configuration: "gspo/seed0" -> `.../gspo-seed0-<key[:8]>`.
 
@@ -60,7 +70,7 @@ def run_dirs(profile: str, notebook: str, cfgs: dict, home: dict | None = None) 
     shared by several notebooks is trained once (same configuration, same key, same folder) and reused.
     """
     home = home or {}
-    return {name: run_dir(profile, home.get(name.split("/")[0], notebook), identity.folder_name(name, cfg))
+    return {name: run_dir(profile, home.get(arm_of(name), notebook), identity.folder_name(name, cfg))
             for name, cfg in cfgs.items()}
 
 
