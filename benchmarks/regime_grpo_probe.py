@@ -30,8 +30,7 @@ def write_candidate(folder: Path, n_ops: int, p_mul: float, sizes: dict, seed: i
             p = tasks.make_problem(rng, n_ops, p_mul=p_mul)
             if p.prompt not in seen:
                 seen.add(p.prompt)
-                rows.append({"id": f"{split}-{len(rows):05d}", "prompt": p.prompt, "answer": p.answer,
-                             "n_ops": p.n_ops, "operands": list(p.operands), "ops": list(p.ops), "hardness": p.hardness})
+                rows.append(tasks.split_row(p, split, len(rows)))
         out[split] = folder / f"{split}.jsonl"
         out[split].write_text("".join(json.dumps(r) + "\n" for r in rows))
     return out

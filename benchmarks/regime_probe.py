@@ -21,8 +21,9 @@ import torch
 from gpolib import tasks
 from gpolib.models import load_policy
 from gpolib.rewards import correctness_reward
-from gpolib.rollout import generate
 from gpolib.runtime import setup_threads
+
+from base_metrics import sample  # this folder: the base policies' sampling loop, G samples per prompt
 
 CANDIDATES = {"splits today (2-6 ops cycle, p_mul 0.7)": (tasks.N_OPS_CYCLE, 0.7),
               "6 ops, p_mul 0.5": ((6,), 0.5), "6 ops, p_mul 0.7": ((6,), 0.7), "6 ops, p_mul 0.9": ((6,), 0.9),
@@ -40,13 +41,10 @@ def prompts(n_ops: tuple, p_mul: float, n: int, seed: int) -> list:
 
 def probe(model, tok, problems: list, group: int, max_budget: int, batch: int = 16) -> dict:
     """Base metrics of one candidate: sampled once at `max_budget`, truncation read at every smaller budget."""
-    correct, lengths, unfinished, t0 = [], [], [], time.perf_counter()
-    for i in range(0, len(problems), batch):
-        part = problems[i:i + batch]
-        ro = generate(model, tok, [p.prompt for p in part], group, max_budget)
-        correct += [correctness_reward(t, part[j // group].answer) for j, t in enumerate(ro.texts)]
-        lengths += ro.lengths.tolist()
-        unfinished += ro.truncated.tolist()
+    t0 = time.perf_counter()
+    texts, lengths, unfinished, _ = sample(model, tok, [{"prompt": p.prompt} for p in problems], group, max_budget,
+                                           batch_prompts=batch)
+    correct = [correctness_reward(t, problems[j // group].answer) for j, t in enumerate(texts)]
     groups = [sum(correct[k:k + group]) for k in range(0, len(correct), group)]
     n = len(correct)
     out = {"acc": sum(correct) / n, "all_correct": sum(g == group for g in groups) / len(groups),

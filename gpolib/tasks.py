@@ -180,7 +180,8 @@ def line_kinds(text: str) -> dict[str, int]:
     return kinds
 
 
-def _record(problem: Problem, split: str, index: int) -> dict:
+def split_row(problem: Problem, split: str, index: int) -> dict:
+    """The JSON object of a split file for `problem`, the `index`-th row of `split`."""
     return {"id": f"{split}-{index:05d}", "prompt": problem.prompt, "answer": problem.answer,
             "n_ops": problem.n_ops, "operands": list(problem.operands), "ops": list(problem.ops),
             "hardness": problem.hardness}
@@ -198,7 +199,7 @@ def make_splits(seed: int = 0, sizes: dict | None = None) -> dict[str, list[dict
             problem = make_problem(rng, N_OPS_CYCLE[len(rows) % len(N_OPS_CYCLE)])
             if problem.prompt not in seen:
                 seen.add(problem.prompt)
-                rows.append(_record(problem, split, len(rows)))
+                rows.append(split_row(problem, split, len(rows)))
     return splits
 
 
