@@ -61,6 +61,21 @@ def stable(rows):
 
 
 @pytest.fixture(scope="session")
+def committed_runs():
+    """(repository path, recorded config.json) of every run committed under reports/ (git's list; model folders
+    of notebook 00's rebuild check, which hold no run config, left out)."""
+    import json
+    import subprocess
+
+    from gpolib.paths import repo_root
+
+    root = repo_root()
+    tracked = subprocess.run(["git", "ls-files", "reports"], cwd=root, capture_output=True, text=True).stdout.split()
+    blobs = [(p, json.loads((root / p).read_text())) for p in tracked if p.endswith("/config.json") and "/runs/" in p]
+    return [(p, b) for p, b in blobs if "config" in b and "fingerprint" in b]
+
+
+@pytest.fixture(scope="session")
 def clean_resume_run(tmp_path_factory):
     """An uninterrupted 4-step run of RESUME_SCRIPT, shared by the fault-injection tests."""
     import subprocess

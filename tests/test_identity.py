@@ -64,26 +64,15 @@ def test_run_without_data_record_is_treated_as_stale(tmp_path):
         RunDir(tmp_path / "old", cfg).check_config()
 
 
-def test_every_committed_run_is_named_by_its_config_under_todays_defaults():
+def test_every_committed_run_is_named_by_its_config_under_todays_defaults(committed_runs):
     """A changed default leaves a committed run's folder name (key of the non-default fields) pointing at a
     config the run no longer matches (e.g. backend 'hf' recorded when 'hf' was the default): the notebook would
     then refuse the folder. Every committed run's recorded config, read back, must give its folder's key."""
-    import json
-    import subprocess
-
     from gpolib import identity
     from gpolib.config import TrainConfig
-    from gpolib.paths import repo_root
 
-    root = repo_root()
-    tracked = subprocess.run(["git", "ls-files", "reports"], cwd=root, capture_output=True, text=True).stdout.split()
-    checked = 0
-    for path in (p for p in tracked if p.endswith("/config.json") and "/runs/" in p):
-        blob = json.loads((root / path).read_text())
-        if "config" not in blob:  # a model folder (rebuild-*), not a run
-            continue
+    for path, blob in committed_runs:
         folder = path.rsplit("/", 2)[-2]
         cfg = TrainConfig.from_dict(blob["config"])
         assert folder.endswith("-" + identity.run_key(cfg, blob["data"])[:8]), path
-        checked += 1
-    assert checked >= 40  # the full profile's committed runs
+    assert len(committed_runs) >= 40  # the full profile's committed runs

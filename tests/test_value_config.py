@@ -1,6 +1,4 @@
 """Config fields of the PPO / VAPO baselines: neutral defaults, validation naming the field."""
-import json
-from pathlib import Path
 
 import pytest
 
@@ -10,17 +8,13 @@ from gpolib.validation import GAE_ONLY
 VALUE_FIELDS = ("advantage_estimator", "positive_lm_weight") + GAE_ONLY
 
 
-def test_defaults_are_neutral_for_recorded_runs():
+def test_defaults_are_neutral_for_recorded_runs(committed_runs):
     """Runs that leave the value-model fields at their defaults (every run but PPO / VAPO's) are identified
     without them, so adding the fields orphaned none; a run that sets them (VAPO, notebook 07) is identified by them."""
     defaults = TrainConfig()
     assert not set(VALUE_FIELDS) & set(defaults.identity())
-    runs = sorted(Path(__file__).resolve().parent.parent.glob("reports/runs/*/*/config.json"))
     checked = {"without": 0, "with": 0}
-    for path in runs:
-        blob = json.loads(path.read_text())
-        if "fingerprint" not in blob:  # model cards of notebook 00, not run configs
-            continue
+    for path, blob in committed_runs:
         used = {k for k in VALUE_FIELDS if blob["config"].get(k, getattr(defaults, k)) != getattr(defaults, k)}
         if used:  # a value-model run: those fields are part of its identity
             cfg = TrainConfig.from_dict(blob["config"])
