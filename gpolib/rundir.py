@@ -106,20 +106,21 @@ class RunDir:
     def save_adapter(self, model) -> None:
         """`model.save_pretrained` into adapter/, naming the base model as configured (`cfg.model`).
 
-        peft writes the resolved local path into adapter_config.json and the adapter's README; a committed
-        run must not carry this machine's absolute path, and the configured name loads from any checkout.
+        peft writes the resolved local path into adapter_config.json and the adapter's README, one pair per
+        adapter (a second adapter, e.g. the value model's, in its own subfolder); a committed run must not carry
+        this machine's absolute path, and the configured name loads from any checkout.
         """
         out = self.path / "adapter"
         model.save_pretrained(str(out))
-        cfg_file = out / "adapter_config.json"
-        meta = json.loads(cfg_file.read_text())
-        local = meta.get("base_model_name_or_path")
-        if local and local != self.cfg.model:
-            meta["base_model_name_or_path"] = self.cfg.model
-            _atomic_write(cfg_file, (jsonio.dumps(meta, indent=2, sort_keys=True) + "\n").encode())
-            readme = out / "README.md"
-            if readme.exists():
-                readme.write_text(readme.read_text().replace(local, self.cfg.model))
+        for cfg_file in sorted(out.rglob("adapter_config.json")):
+            meta = json.loads(cfg_file.read_text())
+            local = meta.get("base_model_name_or_path")
+            if local and local != self.cfg.model:
+                meta["base_model_name_or_path"] = self.cfg.model
+                _atomic_write(cfg_file, (jsonio.dumps(meta, indent=2, sort_keys=True) + "\n").encode())
+                readme = cfg_file.parent / "README.md"
+                if readme.exists():
+                    readme.write_text(readme.read_text().replace(local, self.cfg.model))
 
     # -- lock ---------------------------------------------------------------
     def acquire(self) -> None:
