@@ -56,3 +56,13 @@ def test_notebooks_with_arms_build_their_runs_from_them():
         assert re.search(rf"runs\.configs\({name}\.ARMS, BUDGET", src), path.name
         home = rf", {name}\.HOME\)" if hasattr(module, "HOME") else r"\)"
         assert re.search(rf'runs\.run_dirs\(PROFILE, \\"{path.stem}\\", CONFIGS{home}', src), path.name
+
+
+def test_the_whole_workbook_plans_without_error():
+    """`make reproduce JOBS=n` prefetches every notebook: those without a topic module (00, 90) train nothing
+    ahead (00 trains its GRPO run in its own cells) and do not stop the others."""
+    jobs = workbook.plan("full", None, NOTEBOOKS)
+    by_prefix = {j.prefix: prefetch.notebook_runs(j) for j in jobs}
+    assert by_prefix["00"] == {} and by_prefix["90"] == {}
+    assert len(by_prefix["01"]) == 3 and len(by_prefix["03"]) == 18
+    assert len(prefetch.pending(jobs)) == 3 + 18 + 6 + 18 + 3 + 6 + 12  # 01, 03, 04, 05, 06 (dr_grpo), 07, 08

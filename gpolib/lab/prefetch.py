@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import multiprocessing as mp
 import time
 from pathlib import Path
@@ -35,10 +36,14 @@ def notebook_params(job: workbook.Job) -> dict:
 
 
 def notebook_runs(job: workbook.Job) -> dict:
-    """Run name -> (TrainConfig, folder) for every run the notebook trains; {} if its module has no ARMS."""
+    """Run name -> (TrainConfig, folder) for every run the notebook trains; {} if it has no topic module
+    `gpolib.lab.<topic>` (notebook NN_<topic>) or the module has no ARMS."""
     from . import runs
 
-    module = importlib.import_module(f"gpolib.lab.{job.name.split('_', 1)[1]}")
+    topic = f"gpolib.lab.{job.name.split('_', 1)[1]}"
+    if importlib.util.find_spec(topic) is None:
+        return {}  # a notebook without a topic module (00, 90) trains its runs, if any, in its own cells
+    module = importlib.import_module(topic)
     arms = getattr(module, "ARMS", None)
     if arms is None:
         return {}
