@@ -35,15 +35,19 @@ def notebook_params(job: workbook.Job) -> dict:
     return {**workbook.notebook_defaults(job.source), **job.params}
 
 
+def topic_module(notebook: str):
+    """The module `gpolib.lab.<topic>` of notebook "NN_<topic>", or None where there is none (00, 90: such a
+    notebook trains its runs, if any, in its own cells)."""
+    topic = f"gpolib.lab.{notebook.split('_', 1)[1]}"
+    return importlib.import_module(topic) if importlib.util.find_spec(topic) else None
+
+
 def notebook_runs(job: workbook.Job) -> dict:
     """Run name -> (TrainConfig, folder) for every run the notebook trains; {} if it has no topic module
-    `gpolib.lab.<topic>` (notebook NN_<topic>) or the module has no ARMS."""
+    (`topic_module`) or the module has no ARMS."""
     from . import runs
 
-    topic = f"gpolib.lab.{job.name.split('_', 1)[1]}"
-    if importlib.util.find_spec(topic) is None:
-        return {}  # a notebook without a topic module (00, 90) trains its runs, if any, in its own cells
-    module = importlib.import_module(topic)
+    module = topic_module(job.name)
     arms = getattr(module, "ARMS", None)
     if arms is None:
         return {}
