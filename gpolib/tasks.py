@@ -48,6 +48,9 @@ MUL_MAX = 9999
 """`*` is only drawn while the running value is <= MUL_MAX (multiplicands of 2..4 digits)"""
 P_MUL = 0.7
 """probability of drawing `*` at a step where it is allowed"""
+SPLIT_N_OPS, SPLIT_P_MUL = (6,), 0.5
+"""the RL splits' distribution, harder than the SFT data's (N_OPS_CYCLE, P_MUL): chains of 6 operators with a product
+at each step with probability 0.5 (benchmarks/regime_probe.py: base accuracy 0.445 on the shipped models)"""
 SPLIT_SIZES = {"heldout": 512, "val": 512, "train": 8000}
 """rows per split, in the order they are drawn (so held-out prompts never depend on the train size)"""
 
@@ -196,7 +199,7 @@ def make_splits(seed: int = 0, sizes: dict | None = None) -> dict[str, list[dict
     for split in ("heldout", "val", "train"):
         rows = splits[split] = []
         while len(rows) < sizes[split]:
-            problem = make_problem(rng, N_OPS_CYCLE[len(rows) % len(N_OPS_CYCLE)])
+            problem = make_problem(rng, SPLIT_N_OPS[len(rows) % len(SPLIT_N_OPS)], p_mul=SPLIT_P_MUL)
             if problem.prompt not in seen:
                 seen.add(problem.prompt)
                 rows.append(split_row(problem, split, len(rows)))
