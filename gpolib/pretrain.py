@@ -24,7 +24,8 @@ from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM
 
 from gpolib.models import EMBEDDED, tiny_config
-from gpolib.tasks import N_OPS_CYCLE, default_task_path, load_tasks, make_problem, repo_root, solution_text
+from gpolib.tasks import (MAX_OPS, MIN_OPS, N_OPS_CYCLE, P_MUL, SPLIT_N_OPS, SPLIT_P_MUL, default_task_path, load_tasks,
+                          make_problem, repo_root, solution_text)
 from gpolib.tokenizer import build_tokenizer
 
 
@@ -184,9 +185,10 @@ def _recipe_lines(log: dict, cfg: dict) -> list[str]:
             f"- {rc['steps']} AdamW steps, batch {rc['batch_size']}, peak lr {rc['lr']} "
             f"(warmup {rc['warmup']}, cosine to 10%), weight decay {rc['weight_decay']}, grad-norm clip 1.0, "
             f"seed {rc['seed']}.",
-            "- Data: fresh problems from `gpolib.tasks.make_problem` (val and held-out prompts excluded), one SFT",
-            f"  completion each; every product written long (digit by digit) with p={rc['p_long']}, else directly;",
-            "  every written result is correct.",
+            f"- Data: fresh problems from `gpolib.tasks.make_problem`, chains of {MIN_OPS}-{MAX_OPS} operators with a",
+            f"  product at an allowed step with p={P_MUL} (the RL splits are harder: {'/'.join(map(str, SPLIT_N_OPS))}",
+            f"  operators, p={SPLIT_P_MUL}); the val and held-out prompts excluded; one SFT completion each; every",
+            f"  product written long (digit by digit) with p={rc['p_long']}, else directly; every written result correct.",
             f"- Loss: cross-entropy on completion tokens and EOS only{aux}.",
             f"- Wall time: {log['wall_s']} s on {log['torch_threads']} CPU threads; "
             f"final loss {log['loss'][-1]:.4f} (curve in `train_log.json`).", "",

@@ -137,3 +137,30 @@ def test_shipped_loss_curve_starts_like_a_rebuild(arch, tmp_path):
     recipe = {k: v for k, v in log["config"].items() if k not in ("out", "steps")}
     losses = pretrain(PretrainConfig(**recipe, steps=3, out=str(tmp_path)), show_progress=False)
     assert losses == pytest.approx(log["loss"][:3], abs=1e-4)  # warmup lr does not depend on `steps`
+
+
+def _sft_prompts(reserved: set, steps: int) -> list:
+    """Prompts of the recipe's first `steps` SFT batches (seed 0, as `pretrain` draws them)."""
+    import random
+
+    from gpolib.pretrain import sft_batch
+    from gpolib.tokenizer import build_tokenizer
+
+    tok, rng, cfg = build_tokenizer(padding_side="right"), random.Random(0), PretrainConfig()
+    out = []
+    for _ in range(steps):
+        ids, _, labels = sft_batch(reserved, tok, rng, cfg)
+        for row, lab in zip(ids.tolist(), labels.tolist()):
+            out.append(tok.decode(row[:next(i for i, x in enumerate(lab) if x != -100)], skip_special_tokens=True))
+    return out
+
+
+def test_pretraining_never_draws_a_val_or_heldout_prompt():
+    """The splits and the SFT stream both start from seed 0, so without the reservation the stream repeats RL
+    prompts within its first batches; with it (what `pretrain` does) none is drawn."""
+    from gpolib.pretrain import reserved_prompts
+
+    reserved = reserved_prompts()
+    assert len(reserved) == 1024
+    assert set(_sft_prompts(set(), 16)) & reserved  # the overlap the reservation exists for
+    assert not set(_sft_prompts(reserved, 16)) & reserved

@@ -5,7 +5,7 @@ import random
 import pytest
 
 from gpolib.rewards import parse_answer
-from gpolib.tasks import (MAX_OPS, MIN_OPS, MUL_MAX, Problem, apply_op, default_task_path, line_kinds, load_tasks,
+from gpolib.tasks import (MAX_OPS, MIN_OPS, MUL_MAX, SPLIT_N_OPS, SPLIT_P_MUL, Problem, apply_op, default_task_path, line_kinds, load_tasks,
                           long_product, make_problem, make_splits, product_steps, solution_text, write_splits)
 from gpolib.tokenizer import build_tokenizer
 
@@ -45,7 +45,9 @@ def test_answers_recompute_and_difficulty_range():
         assert row["answer"] == recompute(row) == Problem.from_row(row).answer
         assert Problem.from_row(row).prompt == row["prompt"] and row["hardness"] == Problem.from_row(row).hardness
         assert row["n_ops"] == len(row["ops"]) and row["prompt"].endswith("=?\n")
-    assert {r["n_ops"] for r in rows} == set(range(MIN_OPS, MAX_OPS + 1))
+    assert {r["n_ops"] for r in rows} == set(SPLIT_N_OPS)  # the RL splits: 6-operator chains
+    share = sum(op == "*" for r in rows for op in r["ops"]) / sum(r["n_ops"] for r in rows)
+    assert 0.40 < share < SPLIT_P_MUL  # p_mul 0.5 where a product is allowed (running value <= MUL_MAX)
     hardness = [r["hardness"] for r in rows]
     assert min(hardness) <= 2 and max(hardness) >= 12  # easy and hard prompts both present
 
