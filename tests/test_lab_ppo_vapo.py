@@ -252,7 +252,7 @@ def test_final_trainer_loads_both_adapters_and_the_head(tiny_cfg, tmp_path):
     the head come back from adapter/, each into its own adapter, with the policy's adapter active."""
     from safetensors.torch import load_file
     from gpolib.train import train
-    cfg = tiny_cfg("vapo", steps=1, value_pretrain_steps=1.0, max_new_tokens=48)
+    cfg = tiny_cfg("vapo", steps=1, value_pretrain_steps=1.0)  # 128 tokens: 6-operator answers need ~100
     train(cfg, tmp_path / "run", progress=False)
     tr = lb.final_trainer(cfg, tmp_path / "run")
     assert tr.model.active_adapter == "default"

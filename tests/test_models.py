@@ -43,15 +43,16 @@ def test_lora_receives_gradient(policy):
 
 def test_generate_and_score(policy):
     _, model, tok = policy
-    rows = [r for r in load_tasks(default_task_path("heldout")) if r["hardness"] <= 2][:16]
+    rows = load_tasks(default_task_path("heldout"))[:32]
     enc = tok([r["prompt"] for r in rows], return_tensors="pt", padding=True)
     assert tok.padding_side == "left" and (enc.attention_mask[:, -1] == 1).all()
     with torch.no_grad():
-        out = model.generate(**enc, do_sample=False, max_new_tokens=128, pad_token_id=tok.pad_token_id)
+        out = model.generate(**enc, do_sample=False, max_new_tokens=192, pad_token_id=tok.pad_token_id)
     texts = tok.batch_decode(out[:, enc.input_ids.shape[1]:], skip_special_tokens=True)
     rewards = [correctness_reward(t, r["answer"]) for t, r in zip(texts, rows)]
     assert set(rewards) <= {0.0, 1.0}
-    assert len(rows) == 16 and sum(rewards) >= 10, texts  # chains with at most a 2-digit product are easy
+    # greedy solves 20 of these 32 six-operator chains with either model (measured); a broken load solves none
+    assert len(rows) == 32 and sum(rewards) >= 14, texts
 
 
 def test_router_topk_matches_router_logits():
