@@ -13,7 +13,7 @@ LEN = [10.0, 20.0, 30.0, 40.0, 50.0, 60.0]  # S1: mean length of six buckets
 GOOD = {
     # training claims: three seeds, paired by position (rules of evidence, gpolib/lab/stats.py)
     "G1": {"acc_before": [0.30, 0.30, 0.30], "acc_after": [0.36, 0.37, 0.35], "greedy_before": [0.3, 0.3, 0.3],
-           "greedy_after": [0.4, 0.4, 0.4]},
+           "greedy_after": [0.4, 0.4, 0.4], "len_before": [97.0, 98.0, 96.0], "len_after": [120.0, 125.0, 121.0]},
     "G2": {"k3_min": 0.0, "k3_rel_err": 0.01, "k3_var": 0.2, "k1_var": 1.0},
     "S1": {"bucket_len": LEN, "var_log_prod_rho": [0.01, 0.03, 0.02, 0.05, 0.04, 0.06], "var_log_s": [0.01] * 6,
            "bucket_n": [60] * 6},
@@ -135,6 +135,7 @@ def test_record_then_build(tmp_path, capsys):
     rec = report.record("G1", ev, runs, "full", root=tmp_path)
     out = capsys.readouterr().out
     assert "G1 [full]: REPRODUCED — " in out and f"\n  criterion: {grpo.G1_RULE.criterion}" in out
+    assert "held-out length 97.0 -> 122.0 tokens" in out  # G1 records the length before and after (seed means)
     assert rec["evidence"]["acc_before"] == [0.25] * 3 and rec["criterion"] == grpo.G1_RULE.criterion
     assert rec["judgement"]["interval"] == [pytest.approx(0.25), pytest.approx(0.25)] and rec["judgement"]["n"] == 3
     assert json.loads((tmp_path / "reports/claims/G1.json").read_text())["verdict"] == REPRODUCED

@@ -67,19 +67,21 @@ def kl_check(vocab: int = 12, n: int = 100_000, seed: int = 0, scale: float = 0.
 # ---------------------------------------------------------------- verdicts
 
 def g1_evidence(summaries: dict) -> dict:
-    """G1 evidence, one value per run (seed) in `summaries` order: held-out accuracy at T = 1 and greedy,
-    of the base (`eval_start`) and after GRPO (`eval_end`)."""
+    """G1 evidence, one value per run (seed) in `summaries` order: held-out accuracy at T = 1 and greedy, and the
+    held-out mean length (tokens, T = 1), of the base (`eval_start`) and after GRPO (`eval_end`)."""
     runs = list(summaries.values())
     return {f"{name}_{when}": [s[f"eval_{at}"][key] for s in runs]
-            for name, key in (("acc", "acc/sample"), ("greedy", "acc/greedy"))
+            for name, key in (("acc", "acc/sample"), ("greedy", "acc/greedy"), ("len", "len/mean"))
             for when, at in (("before", "start"), ("after", "end"))}
 
 
 def verdict_g1(e: dict) -> stats.Verdict:
-    """G1: `G1_RULE` on acc_after - acc_before per seed; greedy accuracy reported beside it."""
+    """G1: `G1_RULE` on acc_after - acc_before per seed; greedy accuracy and held-out length reported beside it."""
     m = {k: stats.seed_mean(e[k]) for k in ("acc_before", "acc_after", "greedy_before", "greedy_after")}
+    n = {k: stats.seed_mean(e[k], ".1f") for k in ("len_before", "len_after")}
     return G1_RULE.judge(e["acc_after"], e["acc_before"]).with_note(
-        f"seed means: T = 1 {m['acc_before']} -> {m['acc_after']}, greedy {m['greedy_before']} -> {m['greedy_after']}")
+        f"seed means: T = 1 {m['acc_before']} -> {m['acc_after']}, greedy {m['greedy_before']} -> {m['greedy_after']}, "
+        f"held-out length {n['len_before']} -> {n['len_after']} tokens")
 
 
 def verdict_g2(e: dict) -> Verdict:
