@@ -30,7 +30,7 @@ from .verdicts import EXACT_TOL, NOT, REPRODUCED
 
 MAX_NEW_TOKENS = 144
 """L_max of every arm: the largest budget of (96, 104, 112, 120, 128, 144, 160) at which the base truncates >= 5%
-of its responses on the validation split (512 prompts x 4 at T = 1: 5.9% at 144, 2.4% at 160, 0.0% at the
+of its responses on the validation split (512 prompts x 4 at T = 1: 7.0% at 144, 2.9% at 160, 0.2% at the
 regime's 192; notebook 03 repeats the measurement), so that D4 has truncation to cut with a margin over its
 3% premise; L_cache is the preset's share 0.2 of it (DAPO: 4096 of 20480), 29 tokens"""
 OVERLONG_CACHE = 0.2
