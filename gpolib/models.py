@@ -15,6 +15,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Qwen3C
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
 from gpolib import moe
+from gpolib.lora import use_lean_forward
 from gpolib.paths import repo_root, resolve
 
 EMBEDDED = {"dense": "data/models/tiny-qwen3", "moe": "data/models/tiny-qwen3-moe"}
@@ -122,6 +123,7 @@ def load_policy(name_or_path: str, lora_r: int = 16, lora_alpha: int = 32, devic
         with warnings.catch_warnings():  # peft 0.21 reads `model.is_gradient_checkpointing`, deprecated in transformers 5
             warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
             model = get_peft_model(model, lora_config(model, lora_r, lora_alpha, train_router))
+        use_lean_forward(model)
     elif train_router and not moe.is_moe(model):
         raise ValueError("train_router=True is invalid; allowed: only for a model with MoE routers (`mlp.gate`)")
     if gradient_checkpointing:

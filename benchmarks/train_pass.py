@@ -1,0 +1,118 @@
+"""The trainer's log-prob pass (forward + backward) on CPU: peft's LoRA forward, gpolib's lean one, and the lean
+one under `torch.compile` (issue 20, 'training at a higher share of the matmul peak').
+
+What the update computes: `Trainer.logps` (`gpolib.logprobs.completion_logps`, with entropies) on a rollout of 16
+train prompts x 8 of the embedded dense policy with the GRPO defaults, then backward of sum(log-probs). Two
+rollouts, so a compiled graph meets a second set of shapes. LoRA B is drawn N(0, 0.02) first (a trained
+adapter; at B = 0 the two LoRA forwards could agree by accident). Variants, interleaved in one process:
+- `peft`: peft's `Linear.forward`, y = base(x) + B(A(x)) * s: an output-sized multiply and add per layer;
+- `lean`: `gpolib.lora.lean_forward` (the default since issue 20): s on the rank-r activations, the sum inside
+  an in-place addmm;
+- `lean+compile` (`--compile`): the lean model through `torch.compile(dynamic=True)`, first calls (compilation)
+  printed apart.
+Prints seconds per pass of both rollouts (median and all), each variant over `peft`, the largest log-prob and
+LoRA-gradient differences from `peft`, and the fp32 matmul peak of this machine.
+
+    python benchmarks/train_pass.py [--repeats 5] [--threads 1] [--compile]
+    python benchmarks/train_pass.py --profile        # the op profile of one pass per LoRA forward
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+import torch  # noqa: E402
+
+from gpolib import presets  # noqa: E402
+from gpolib.bench.common import matmul_peak_gflops  # noqa: E402
+from gpolib.lora import use_lean_forward  # noqa: E402
+from gpolib.train import Trainer  # noqa: E402
+
+
+def forward_backward(trainer: Trainer, model, ro) -> tuple:
+    """sum of the completion log-probs of `ro` under `model`, backward -> (logps (B, T), LoRA grads flattened)."""
+    trainer.model = model
+    trainer.opt.zero_grad(set_to_none=True)
+    lp, _ent = trainer.logps(ro, with_entropy=True)
+    lp.sum().backward()
+    return lp.detach(), torch.cat([p.grad.flatten() for p in trainer.params])
+
+
+def set_lean(model, lean: bool) -> None:
+    """peft's own forward (instance attribute removed) or gpolib's lean one on every LoRA Linear."""
+    if lean:
+        use_lean_forward(model)
+    else:
+        for m in model.modules():
+            m.__dict__.pop("forward", None)
+
+
+def seconds(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--compile", action="store_true", help="also time the lean model under torch.compile")
+    ap.add_argument("--profile", action="store_true", help="print the op profile of one pass per LoRA forward")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f"fp32 matmul peak ({args.threads} threads): {matmul_peak_gflops(threads=args.threads):.0f} GFLOP/s; "
+          f"load average {os.getloadavg()[0]:.2f}")
+    torch.manual_seed(0)
+    trainer = Trainer(presets.get("grpo", eval_prompts=8))
+    model = trainer.model
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.02)
+    batches = [trainer.rollout(trainer.sample_prompts(s, 0), trainer.cfg.group_size) for s in (0, 1)]
+    for ro in batches:
+        print(f"rollout: {tuple(ro.completion_ids.shape)} completions, mean length {ro.lengths.float().mean():.1f}")
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile
+        for lean in (False, True):
+            set_lean(model, lean)
+            forward_backward(trainer, model, batches[0])
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                forward_backward(trainer, model, batches[0])
+            print(f"--- {'lean' if lean else 'peft'}\n" + prof.key_averages().table(sort_by="self_cpu_time_total",
+                                                                                   row_limit=12))
+        return
+    set_lean(model, False)
+    ref = [forward_backward(trainer, model, ro) for ro in batches]
+    set_lean(model, True)
+    variants = {"peft": (model, False), "lean": (model, True)}
+    if args.compile:
+        compiled = torch.compile(model, dynamic=True)
+        variants["lean+compile"] = (compiled, True)
+        for i, ro in enumerate(batches):
+            s = seconds(lambda: forward_backward(trainer, compiled, ro))
+            print(f"first compiled call on rollout {i}: {s:.1f} s (compilation included)")
+    for name, (net, lean) in variants.items():
+        set_lean(model, lean)
+        outs = [forward_backward(trainer, net, ro) for ro in batches]
+        diffs = [(lp - r[0]).abs().max().item() for (lp, _), r in zip(outs, ref)]
+        grads = [(g - r[1]).abs().max().item() / r[1].abs().max().item() for (_, g), r in zip(outs, ref)]
+        print(f"{name}: max |logp - peft's| {max(diffs):.2e}, max |grad - peft's| / max |grad| {max(grads):.2e}")
+    times: dict = {name: [] for name in variants}
+    for _ in range(args.repeats):
+        for name, (net, lean) in variants.items():
+            set_lean(model, lean)
+            times[name].append(sum(seconds(lambda: forward_backward(trainer, net, ro)) for ro in batches))
+    base = statistics.median(times["peft"])
+    for name, ts in times.items():
+        m = statistics.median(ts)
+        print(f"{name:13s} s per pass of both rollouts: median {m:.2f} ({m / base:.2f} x peft), "
+              f"all {[round(t, 2) for t in ts]}")
+
+
+if __name__ == "__main__":
+    main()
