@@ -1,17 +1,21 @@
-"""The trainer's log-prob pass (forward + backward) on CPU: peft's LoRA forward, gpolib's lean one, and the lean
-one under `torch.compile` (issue 20, 'training at a higher share of the matmul peak').
+"""The trainer's log-prob pass (forward + backward) on CPU: peft's LoRA forward against gpolib's lean one, large
+against small micro-batches, and the lean one under `torch.compile` (issue 20, 'training at a higher share of the
+matmul peak').
 
 What the update computes: `Trainer.logps` (`gpolib.logprobs.completion_logps`, with entropies) on a rollout of 16
 train prompts x 8 of the embedded dense policy with the GRPO defaults, then backward of sum(log-probs). Two
 rollouts, so a compiled graph meets a second set of shapes. LoRA B is drawn N(0, 0.02) first (a trained
-adapter; at B = 0 the two LoRA forwards could agree by accident). Variants, interleaved in one process:
-- `peft`: peft's `Linear.forward`, y = base(x) + B(A(x)) * s: an output-sized multiply and add per layer;
-- `lean`: `gpolib.lora.lean_forward` (the default since issue 20): s on the rank-r activations, the sum inside
-  an in-place addmm;
-- `lean+compile` (`--compile`): the lean model through `torch.compile(dynamic=True)`, first calls (compilation)
+adapter; at B = 0 the two LoRA forwards could agree by accident). The rows of a rollout are sorted by length and
+passed in micro-batches of R rows, each trimmed to its own longest row (what the update does). Variants,
+interleaved in one process:
+- `peft@64`: peft's `Linear.forward`, y = base(x) + B(A(x)) * s (an output-sized multiply and add per layer),
+  R = 64: the trainer before issue 20;
+- `lean@64`: `gpolib.lora.lean_forward`: s on the rank-r activations, the sum inside an in-place addmm;
+- `lean@16`: and R = 16, less padding (the defaults since issue 20, `TrainConfig.micro_batch_rows`);
+- `lean@16+compile` (`--compile`): that model through `torch.compile(dynamic=True)`, first calls (compilation)
   printed apart.
-Prints seconds per pass of both rollouts (median and all), each variant over `peft`, the largest log-prob and
-LoRA-gradient differences from `peft`, and the fp32 matmul peak of this machine.
+Prints seconds per pass of both rollouts (median and all), each variant over `peft@64`, the padded positions per
+real one, the largest log-prob and LoRA-gradient differences from `peft@64`, and the fp32 matmul peak.
 
     python benchmarks/train_pass.py [--repeats 5] [--threads 1] [--compile]
     python benchmarks/train_pass.py --profile        # the op profile of one pass per LoRA forward
@@ -32,13 +36,22 @@ from gpolib.lora import use_lean_forward  # noqa: E402
 from gpolib.train import Trainer  # noqa: E402
 
 
-def forward_backward(trainer: Trainer, model, ro) -> tuple:
-    """sum of the completion log-probs of `ro` under `model`, backward -> (logps (B, T), LoRA grads flattened)."""
+def forward_backward(trainer: Trainer, model, ro, rows: int) -> tuple:
+    """sum of the completion log-probs of `ro` under `model` in micro-batches of `rows`, backward
+    -> (logps (B, T), LoRA grads flattened)."""
     trainer.model = model
     trainer.opt.zero_grad(set_to_none=True)
-    lp, _ent = trainer.logps(ro, with_entropy=True)
+    lp, _ent = trainer.logps(ro, with_entropy=True, chunk_rows=rows)
     lp.sum().backward()
     return lp.detach(), torch.cat([p.grad.flatten() for p in trainer.params])
+
+
+def padded_positions(ro, rows: int) -> int:
+    """Prompt + completion positions the model is fed when the rows, sorted by completion length, go in
+    micro-batches of `rows`, each trimmed to its own longest prompt and completion (rows = 1: no padding)."""
+    c_len, p_len = ro.completion_mask.sum(1), ro.prompt_mask.sum(1)  # (B,), (B,)
+    order = torch.argsort(c_len, stable=True)
+    return sum(len(m) * int(c_len[m].max() + p_len[m].max()) for m in order.split(rows))
 
 
 def set_lean(model, lean: bool) -> None:
@@ -80,39 +93,40 @@ def main() -> None:
         from torch.profiler import ProfilerActivity, profile
         for lean in (False, True):
             set_lean(model, lean)
-            forward_backward(trainer, model, batches[0])
+            forward_backward(trainer, model, batches[0], 64)
             with profile(activities=[ProfilerActivity.CPU]) as prof:
-                forward_backward(trainer, model, batches[0])
-            print(f"--- {'lean' if lean else 'peft'}\n" + prof.key_averages().table(sort_by="self_cpu_time_total",
-                                                                                   row_limit=12))
+                forward_backward(trainer, model, batches[0], 64)
+            print(f"--- {'lean' if lean else 'peft'}, 64 rows\n" + prof.key_averages().table(
+                sort_by="self_cpu_time_total", row_limit=12))
         return
-    set_lean(model, False)
-    ref = [forward_backward(trainer, model, ro) for ro in batches]
-    set_lean(model, True)
-    variants = {"peft": (model, False), "lean": (model, True)}
+    variants = {"peft@64": (model, False, 64), "lean@64": (model, True, 64), "lean@16": (model, True, 16)}
     if args.compile:
         compiled = torch.compile(model, dynamic=True)
-        variants["lean+compile"] = (compiled, True)
+        variants["lean@16+compile"] = (compiled, True, 16)
+        set_lean(model, True)
         for i, ro in enumerate(batches):
-            s = seconds(lambda: forward_backward(trainer, compiled, ro))
+            s = seconds(lambda: forward_backward(trainer, compiled, ro, 16))
             print(f"first compiled call on rollout {i}: {s:.1f} s (compilation included)")
-    for name, (net, lean) in variants.items():
+    ref = None
+    for name, (net, lean, rows) in variants.items():
         set_lean(model, lean)
-        outs = [forward_backward(trainer, net, ro) for ro in batches]
+        outs = [forward_backward(trainer, net, ro, rows) for ro in batches]
+        ref = ref or outs
         diffs = [(lp - r[0]).abs().max().item() for (lp, _), r in zip(outs, ref)]
         grads = [(g - r[1]).abs().max().item() / r[1].abs().max().item() for (_, g), r in zip(outs, ref)]
-        print(f"{name}: max |logp - peft's| {max(diffs):.2e}, max |grad - peft's| / max |grad| {max(grads):.2e}")
+        pad = sum(padded_positions(ro, rows) for ro in batches) / sum(padded_positions(ro, 1) for ro in batches)
+        print(f"{name}: positions fed / real {pad:.2f}; max |logp - peft@64's| {max(diffs):.2e}, "
+              f"max |grad - peft@64's| / max |grad| {max(grads):.2e}")
     times: dict = {name: [] for name in variants}
     for _ in range(args.repeats):
-        for name, (net, lean) in variants.items():
+        for name, (net, lean, rows) in variants.items():
             set_lean(model, lean)
-            times[name].append(sum(seconds(lambda: forward_backward(trainer, net, ro)) for ro in batches))
-    base = statistics.median(times["peft"])
+            times[name].append(sum(seconds(lambda: forward_backward(trainer, net, ro, rows)) for ro in batches))
+    base = statistics.median(times["peft@64"])
     for name, ts in times.items():
         m = statistics.median(ts)
-        print(f"{name:13s} s per pass of both rollouts: median {m:.2f} ({m / base:.2f} x peft), "
+        print(f"{name:16s} s per pass of both rollouts: median {m:.2f} ({m / base:.2f} x peft@64), "
               f"all {[round(t, 2) for t in ts]}")
-
 
 if __name__ == "__main__":
     main()

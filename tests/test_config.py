@@ -152,3 +152,13 @@ def test_runs_recorded_before_a_new_field_still_match():
     assert TrainConfig.same_run(recorded, cfg.replace(seed=4)) == ["seed"]
     assert TrainConfig.same_run(recorded, cfg.replace(loss_eps_high=0.2)) == ["loss"]
     assert cfg.fingerprint() == presets.get("dapo").fingerprint() != presets.get("grpo").fingerprint()
+
+
+def test_micro_batch_rows_is_not_part_of_a_runs_identity():
+    """Micro-batching is exact (tests/test_reliability.py), so a run recorded with other micro-batches is the same run."""
+    cfg = presets.get("grpo")
+    recorded = cfg.replace(micro_batch_rows=64).to_dict()  # as written before the default became 16
+    assert recorded["micro_batch_rows"] == 64 and cfg.micro_batch_rows == 16
+    assert TrainConfig.same_run(recorded, cfg) == []
+    assert cfg.replace(micro_batch_rows=3).fingerprint() == cfg.fingerprint()
+    assert TrainConfig.same_run(recorded, cfg.replace(mu=2)) == ["mu"]

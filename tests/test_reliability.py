@@ -242,7 +242,7 @@ def test_memory_guard_refuses_with_an_estimate():
     cfg = presets.get("grpo")
     est = check_fits(cfg, model)  # fits on this machine
     assert est["total"] > est["weights"] > 0
-    with pytest.raises(MemoryError, match=r"needs about .* GiB.*lower micro_batch_rows \(now 64\)"):
+    with pytest.raises(MemoryError, match=r"needs about .* GiB.*lower micro_batch_rows \(now 16\)"):
         check_fits(cfg, model, available=10 * 2**20)
     small = estimate_update_bytes(cfg.replace(micro_batch_rows=8), model.config, 1, 1)
     big = estimate_update_bytes(cfg.replace(micro_batch_rows=64), model.config, 1, 1)
