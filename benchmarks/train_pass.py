@@ -93,10 +93,10 @@ def main() -> None:
         from torch.profiler import ProfilerActivity, profile
         for lean in (False, True):
             set_lean(model, lean)
-            forward_backward(trainer, model, batches[0], 64)
+            forward_backward(trainer, model, batches[0], 16 if lean else 64)
             with profile(activities=[ProfilerActivity.CPU]) as prof:
-                forward_backward(trainer, model, batches[0], 64)
-            print(f"--- {'lean' if lean else 'peft'}, 64 rows\n" + prof.key_averages().table(
+                forward_backward(trainer, model, batches[0], 16 if lean else 64)
+            print(f"--- {'lean, 16' if lean else 'peft, 64'} rows\n" + prof.key_averages().table(
                 sort_by="self_cpu_time_total", row_limit=12))
         return
     variants = {"peft@64": (model, False, 64), "lean@64": (model, True, 64), "lean@16": (model, True, 16)}

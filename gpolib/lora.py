@@ -41,13 +41,14 @@ def lean_forward(layer, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
     output (b, out), and the sum happens inside the second matmul, so no output-sized multiply or add runs
     forward or backward. Equal to peft's result up to float rounding (tested). Anything but one active
     vanilla adapter on an `nn.Linear` with identity dropout (merged, disabled, several or mixed adapters,
-    DoRA, extra arguments, a dtype cast) goes through peft's own forward. x (..., in) -> (..., out)."""
+    DoRA, extra arguments, mixed dtypes, autocast) goes through peft's own forward. x (..., in) -> (..., out)."""
     name = layer.active_adapters[0] if len(layer.active_adapters) == 1 else None
     base = layer.base_layer
     if (args or kwargs or name is None or layer.disable_adapters or layer.merged or name in layer.lora_variant
             or name not in layer.lora_A or type(base) is not torch.nn.Linear
             or not isinstance(layer.lora_dropout[name], torch.nn.Identity)
-            or x.dtype != layer.lora_A[name].weight.dtype):
+            or len({x.dtype, base.weight.dtype, layer.lora_A[name].weight.dtype, layer.lora_B[name].weight.dtype}) > 1
+            or torch.is_autocast_enabled(x.device.type)):  # autocast: in-place addmm_ would meet cast outputs
         return type(layer).forward(layer, x, *args, **kwargs)
     a, b = layer.lora_A[name].weight, layer.lora_B[name].weight  # (r, in), (out, r)
     x2 = x.reshape(-1, x.shape[-1])  # (n, in)
