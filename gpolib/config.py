@@ -93,7 +93,7 @@ class TrainConfig:
     and the result does not depend on it (not part of the run's identity, NOT_IDENTITY). Rows are sorted by
     length and each micro-batch is trimmed to its own longest row, so small micro-batches pad less: on the
     embedded regime's rollouts 16 rows feed the model 7-10% padding at mu = 1 and 25-30% at mu = 4, 64 rows
-    30-38% and 51-64% (benchmarks/train_pass.py --rows times both)."""
+    30-38% and 51-64% (benchmarks/train_pass.py times both)."""
     lr: float = 3e-4
     """AdamW learning rate (LoRA parameters); chosen for GRPO on data/tasks/val.jsonl by benchmarks/lr_sweep.py
     (3e-4 vs 1e-3, README) and shared by every preset."""
