@@ -5,8 +5,8 @@ step with probability `--p-mul` (regime_probe.py: base accuracy 0.445, truncatio
 This writes a train and a validation split of that distribution to a scratch folder (never over data/tasks), runs
 GRPO with the default hyper-parameters and the given budget, and prints held-out (validation) accuracy, mean
 length and truncation at each evaluation. DESIGN's dynamics targets: accuracy still rising after step 50, mean
-length >= 20% above the base. One seed: a feasibility probe for the next regime, not evidence for a claim. The committed outputs
-(regime_grpo_probe_*.json) were measured on the models of the build before the splits changed.
+length >= 20% above the base. One seed: a feasibility probe for the next regime, not evidence for a claim. The
+committed outputs (regime_grpo_probe_*.json) were measured on the models of the build before the splits changed.
 
     python benchmarks/regime_grpo_probe.py --max-new-tokens 144 --steps 100 [--out benchmarks/regime_grpo_probe_144.json]
 """

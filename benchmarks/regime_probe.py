@@ -3,7 +3,8 @@
 The embedded models were trained on chains of 2-6 operators; their base accuracy on splits of the same
 distribution was 0.63, above the 0.25-0.50 target. This probe chose today's splits (6 operators, p_mul 0.5);
 its committed output (regime_probe_cpu.json) was measured on the models of the build before the splits changed
-(rebuilt since, with the new validation and held-out prompts reserved: base accuracy 0.508 on the new held-out split). This probe samples the *shipped* dense model, unchanged, on other prompt distributions
+(rebuilt since, with the new validation and held-out prompts reserved: base accuracy 0.508 on the new held-out
+split). This probe samples the *shipped* dense model, unchanged, on other prompt distributions
 drawn by `gpolib.tasks.make_problem` (operators per chain, probability of a product) and prints, per candidate,
 the base metrics DESIGN.md sets targets for: accuracy, all-correct / all-wrong groups of G, mean length, and the
 truncated share at several budgets (a response truncated at budget b: length > b or no EOS within the sampled

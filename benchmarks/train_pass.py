@@ -32,7 +32,7 @@ import torch  # noqa: E402
 
 from gpolib import presets  # noqa: E402
 from gpolib.bench.common import matmul_peak_gflops  # noqa: E402
-from gpolib.lora import use_lean_forward  # noqa: E402
+from gpolib.lora import use_lean_forward, use_peft_forward  # noqa: E402
 from gpolib.train import Trainer  # noqa: E402
 
 
@@ -55,12 +55,8 @@ def padded_positions(ro, rows: int) -> int:
 
 
 def set_lean(model, lean: bool) -> None:
-    """peft's own forward (instance attribute removed) or gpolib's lean one on every LoRA Linear."""
-    if lean:
-        use_lean_forward(model)
-    else:
-        for m in model.modules():
-            m.__dict__.pop("forward", None)
+    """gpolib's lean forward or peft's own on every LoRA Linear."""
+    (use_lean_forward if lean else use_peft_forward)(model)
 
 
 def seconds(fn) -> float:

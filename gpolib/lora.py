@@ -58,14 +58,28 @@ def lean_forward(layer, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
     return y.view(*x.shape[:-1], y.shape[-1])
 
 
-def use_lean_forward(model) -> int:
-    """Give every peft LoRA Linear of `model` `lean_forward` (an instance attribute; parameters, state dict and
-    saved adapters are unchanged). -> number of layers changed (0 without peft or LoRA Linear layers)."""
+def _lora_linears(model) -> list:
+    """peft's LoRA Linear layers of `model` ([] without peft)."""
     try:
         from peft.tuners.lora.layer import Linear as LoraLinear
     except ImportError:
-        return 0
-    layers = [m for m in model.modules() if type(m) is LoraLinear]
+        return []
+    return [m for m in model.modules() if type(m) is LoraLinear]
+
+
+def use_lean_forward(model) -> int:
+    """Give every peft LoRA Linear of `model` `lean_forward` (an instance attribute; parameters, state dict and
+    saved adapters are unchanged). -> number of layers changed (0 without peft or LoRA Linear layers)."""
+    layers = _lora_linears(model)
     for m in layers:
         m.forward = functools.partial(lean_forward, m)
+    return len(layers)
+
+
+def use_peft_forward(model) -> int:
+    """Undo `use_lean_forward`: every peft LoRA Linear of `model` back on peft's own forward (for comparisons).
+    -> number of layers."""
+    layers = _lora_linears(model)
+    for m in layers:
+        m.__dict__.pop("forward", None)
     return len(layers)

@@ -50,7 +50,8 @@ P_MUL = 0.7
 """probability of drawing `*` at a step where it is allowed"""
 SPLIT_N_OPS, SPLIT_P_MUL = (6,), 0.5
 """the RL splits' distribution, harder than the SFT data's (N_OPS_CYCLE, P_MUL): chains of 6 operators with a product
-at each step with probability 0.5 (benchmarks/regime_probe.py: base accuracy 0.445 on the shipped models)"""
+at each step with probability 0.5 (benchmarks/regime_probe.py: base accuracy 0.445 on the models of the build
+before; 0.508 on the held-out split after the rebuild)"""
 SPLIT_SIZES = {"heldout": 512, "val": 512, "train": 8000}
 """rows per split, in the order they are drawn (so held-out prompts never depend on the train size)"""
 

@@ -4,13 +4,8 @@ import torch
 from peft.tuners.lora.layer import Linear as LoraLinear
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from gpolib.lora import merged_lora, use_lean_forward
+from gpolib.lora import merged_lora, use_lean_forward, use_peft_forward
 from gpolib.models import EMBEDDED, load_policy
-
-
-def _peft_forward(model) -> None:
-    for m in model.modules():
-        m.__dict__.pop("forward", None)
 
 
 def _trained_adapter(model, seed: int = 0) -> None:
@@ -49,7 +44,7 @@ def test_load_policy_gives_every_lora_linear_the_lean_forward(policy):
 def test_lean_forward_equals_peft_value_and_gradient(policy):
     _, model, ids = policy
     lean = _logits_and_grads(model, ids)
-    _peft_forward(model)
+    assert use_peft_forward(model) == len([m for m in model.modules() if type(m) is LoraLinear])
     try:
         peft = _logits_and_grads(model, ids)
     finally:
@@ -102,5 +97,5 @@ def test_lean_forward_does_no_output_sized_multiply_or_add():
     layer = model.base_model.model.model.layers[0].mlp.up_proj  # 128 -> 344
     x = torch.randn(3, 5, 128, requires_grad=True)
     assert _elementwise_at_output_size(layer, x) == []
-    del layer.__dict__["forward"]  # peft's forward: result + lora_B(lora_A(x)) * scaling
+    use_peft_forward(model)  # peft's forward: result + lora_B(lora_A(x)) * scaling
     assert len(_elementwise_at_output_size(layer, x)) >= 2

@@ -5,8 +5,9 @@ import random
 import pytest
 
 from gpolib.rewards import parse_answer
-from gpolib.tasks import (MAX_OPS, MIN_OPS, MUL_MAX, SPLIT_N_OPS, SPLIT_P_MUL, Problem, apply_op, default_task_path, line_kinds, load_tasks,
-                          long_product, make_problem, make_splits, product_steps, solution_text, write_splits)
+from gpolib.tasks import (MAX_OPS, MIN_OPS, MUL_MAX, SPLIT_N_OPS, SPLIT_P_MUL, Problem, apply_op, default_task_path,
+                          line_kinds, load_tasks, long_product, make_problem, make_splits, product_steps, solution_text,
+                          write_splits)
 from gpolib.tokenizer import build_tokenizer
 
 
