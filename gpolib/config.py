@@ -145,7 +145,9 @@ class TrainConfig:
     changes the routing only through the router's inputs. Full fine-tuning (lora_r=0) trains it anyway."""
     rollout_autocast: Optional[str] = None
     """None, 'bfloat16' or 'float16': sample rollouts under torch.autocast in that dtype, a reduced-precision
-    rollout engine whose log-probs (`old_logps='engine'`, GSPO Sec. 5.4) differ from the trainer's."""
+    rollout engine whose log-probs (`old_logps='engine'`, GSPO Sec. 5.4) differ from the trainer's. The decoder
+    backend then computes its matmuls and keeps its KV cache in that dtype (norms, softmax and the residual stream
+    in float32, `gpolib.decode`); the 'hf' backend runs the transformers forward under the autocast."""
     backend: str = "decoder"
     """rollout engine: 'decoder' (gpolib/decode.py: the Qwen3 / Qwen3-MoE / Qwen2 layers re-written for
     decoding, preallocated KV cache, LoRA folded in, finished rows dropped; other architectures use 'hf'),

@@ -15,6 +15,13 @@ matmul); q/k head norms (Qwen3); RoPE x cos + rotate_half(x) sin; softmax(q k^T 
 with grouped KV heads; SwiGLU down(silu(gate x) * up x); MoE top-k of softmax(router x) (fp32),
 renormalised if the config says so. In float64 the logits equal the transformers forward's bit for bit
 on the embedded models (tests/test_sampler.py).
+
+Reduced precision (a bf16 / fp16 rollout engine, `TrainConfig.rollout_autocast`): `decode_weights.read` under
+torch.autocast gives the matrices in the autocast dtype; every matmul then casts its input to that dtype and
+its output back to the residual stream's (`_mm`), the KV cache is kept in that dtype, and everything else
+(norms, RoPE, softmax, SiLU, the residual stream, the draw) stays in float32, the split of autocast's own op
+lists. The casts are explicit, so the sampling threads of `sampling_plan` (autocast is thread-local) compute
+the same.
 """
 from __future__ import annotations
 
@@ -26,6 +33,16 @@ from .decode_weights import SUPPORTED, Unsupported, read  # noqa: F401  (re-expo
 MOE_DENSE_BELOW = 32
 """MoE with fewer tokens than this: every expert on every token as two matmuls (routing weights 0 off the
 top-k), cheaper than grouping tokens by expert when the batch is small"""
+
+
+def _mm(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """a @ w in w's dtype, the result in a's: (m, k) @ (k, n) -> (m, n). No cast when the dtypes agree."""
+    return a @ w if a.dtype == w.dtype else (a.to(w.dtype) @ w).to(a.dtype)
+
+
+def _add_mm_(out: torch.Tensor, a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """out += a @ w in place (one addmm_ when the dtypes agree)."""
+    return out.addmm_(a, w) if a.dtype == w.dtype == out.dtype else out.add_(_mm(a, w))
 
 
 def _normed(x: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
@@ -50,15 +67,15 @@ def _softmax(s: torch.Tensor) -> torch.Tensor:
 
 def _swiglu(x: torch.Tensor, w_gu: torch.Tensor, w_down: torch.Tensor, out: torch.Tensor | None = None):
     """[out +] down(silu(gate x) * up x); x (m, H), w_gu (H, 2I), w_down (I, H) -> (m, H)."""
-    h = x @ w_gu  # (m, 2I)
+    h = _mm(x, w_gu)  # (m, 2I)
     n = h.shape[-1] // 2
     a = F.silu(h[:, :n]).mul_(h[:, n:])  # (m, I)
-    return a @ w_down if out is None else out.addmm_(a, w_down)  # out: the residual stream, updated in place
+    return _mm(a, w_down) if out is None else _add_mm_(out, a, w_down)  # out: the residual stream, in place
 
 
 def _moe(x: torch.Tensor, lw: dict, out: torch.Tensor) -> torch.Tensor:
     """out + top-k routed experts; x, out (m, H) -> (m, H)."""
-    probs = torch.softmax(x @ lw["router"], dim=-1, dtype=torch.float)  # (m, E), fp32 as the model's router
+    probs = torch.softmax(_mm(x, lw["router"]), dim=-1, dtype=torch.float)  # (m, E), fp32 as the model's router
     w, experts = probs.topk(lw["top_k"], dim=-1)  # (m, k) each
     if lw["norm_topk"]:
         w = w / w.sum(dim=-1, keepdim=True)
@@ -66,9 +83,9 @@ def _moe(x: torch.Tensor, lw: dict, out: torch.Tensor) -> torch.Tensor:
     m, (E, I) = x.shape[0], lw["e_down"].shape[:2]
     if m < MOE_DENSE_BELOW:  # all experts, weight 0 off the top-k: two matmuls
         gate = torch.zeros(m, E, 1, dtype=x.dtype, device=x.device).scatter_(1, experts.unsqueeze(2), w.unsqueeze(2))
-        h = (x @ lw["all_gu"]).view(m, E, 2 * I)
+        h = _mm(x, lw["all_gu"]).view(m, E, 2 * I)
         a = F.silu(h[..., :I]).mul_(h[..., I:]).mul_(gate)  # (m, E, I)
-        return out.addmm_(a.view(m, E * I), lw["all_down"])
+        return _add_mm_(out, a.view(m, E * I), lw["all_down"])
     flat = experts.reshape(-1)  # (m k,)
     order = flat.argsort()
     token = order // lw["top_k"]  # token of each (token, expert) pair, grouped by expert
@@ -97,13 +114,14 @@ class Decoder:
         w = source if isinstance(source, dict) else read(source, max_len)
         self.embed, self.head, self.layers = w["embed"], w["head"], w["layers"]
         self.cos, self.sin, self.d, self.n_q, self.n_kv = w["cos"], w["sin"], w["d"], w["n_q"], w["n_kv"]
-        dev, dtype = self.embed.device, self.embed.dtype
+        dev, dtype = self.embed.device, self.embed.dtype  # the residual stream's dtype
+        self.kv_dtype = w["head"].dtype  # the matmuls' (the autocast dtype under torch.autocast)
         self.eps = torch.tensor(w["eps"], dtype=torch.promote_types(dtype, torch.float32), device=dev)
         self.qk_eps = [None if lw["qk_eps"] is None else torch.tensor(lw["qk_eps"], dtype=self.eps.dtype, device=dev)
                        for lw in self.layers]
         shape = (len(self.layers), batch, self.n_kv)
-        self.k = torch.zeros(*shape, self.d, max_len, dtype=dtype, device=dev)  # keys stored transposed
-        self.v = torch.zeros(*shape, max_len, self.d, dtype=dtype, device=dev)
+        self.k = torch.zeros(*shape, self.d, max_len, dtype=self.kv_dtype, device=dev)  # keys stored transposed
+        self.v = torch.zeros(*shape, max_len, self.d, dtype=self.kv_dtype, device=dev)
         self.bias = None  # (B nkv, 1, P): -inf on left padding, set by prefill; None: no padding
 
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
@@ -119,7 +137,7 @@ class Decoder:
         for i, lw in enumerate(self.layers):
             x = self._prefill_attention(_normed(x, self.eps), x, i, lw, (cos, sin), m)
             x = _mlp(_normed(x, self.eps), x, lw)
-        return _normed(x.view(b, P, -1)[:, -1], self.eps) @ self.head  # (b, V)
+        return _mm(_normed(x.view(b, P, -1)[:, -1], self.eps), self.head)  # (b, V)
 
     def _prefill_attention(self, h, x, i: int, lw: dict, rope, mask) -> torch.Tensor:
         """x + attention(h) over the prompt; h, x (b P, H), mask (b, P, P) additive."""
@@ -129,15 +147,16 @@ class Decoder:
         self.k[i, :b, :, :, :P] = k.permute(0, 2, 3, 1)  # (b, nkv, d, P)
         self.v[i, :b, :, :P] = v.transpose(1, 2)  # (b, nkv, P, d)
         q = q.reshape(b, P, nkv, r, d).permute(0, 2, 3, 1, 4).reshape(b, nkv, r * P, d)  # heads of a KV head together
-        s = (q @ self.k[i, :b, :, :, :P]).view(b, nkv, r, P, P) + mask.view(b, 1, 1, P, P)  # scale folded into q
-        o = _softmax(s).view(b, nkv, r * P, P) @ self.v[i, :b, :, :P]  # (b, nkv, r P, d)
+        s = _mm(q, self.k[i, :b, :, :, :P]).view(b, nkv, r, P, P) + mask.view(b, 1, 1, P, P)  # scale folded into q
+        o = _mm(_softmax(s).view(b, nkv, r * P, P), self.v[i, :b, :, :P])  # (b, nkv, r P, d)
         o = o.view(b, nkv, r, P, d).permute(0, 3, 1, 2, 4).reshape(b * P, nq * d)
         return self._out(x, o, lw)
 
     def _qkv(self, h, i: int, lw: dict, cos, sin, bn: tuple) -> tuple:
         """Projections, head norms and RoPE: h (b n, H) -> q (b, n, nq, d), k, v (b, n, nkv, d)."""
         nq, nkv, d = self.n_q, self.n_kv, self.d
-        qkv = h @ lw["w_qkv"] if lw["b_qkv"] is None else torch.addmm(lw["b_qkv"], h, lw["w_qkv"])
+        w, bias = lw["w_qkv"], lw["b_qkv"]
+        qkv = _mm(h, w) if bias is None else torch.addmm(bias, h, w) if h.dtype == w.dtype else _mm(h, w) + bias
         qkv = qkv.view(*bn, nq + 2 * nkv, d)
         qk = qkv[..., :nq + nkv, :]  # (b, n, nq + nkv, d)
         if lw["qk_norm"] is not None:
@@ -146,7 +165,7 @@ class Decoder:
         return qk[..., :nq, :], qk[..., nq:, :], qkv[..., nq + nkv:, :]
 
     def _out(self, x, o, lw: dict) -> torch.Tensor:
-        x.addmm_(o, lw["w_o"])  # residual + o_proj, in place
+        _add_mm_(x, o, lw["w_o"])  # residual + o_proj, in place
         return x if lw["b_o"] is None else x.add_(lw["b_o"])
 
     def step(self, tok: torch.Tensor, pos: torch.Tensor, col: int) -> torch.Tensor:
@@ -161,13 +180,13 @@ class Decoder:
             self.k[i, :b, :, :, col] = k
             self.v[i, :b, :, col] = v
             keys = self.k[i, :b, :, :, :end].view(b * nkv, d, end)
-            s = torch.bmm(q.reshape(b * nkv, r, d), keys)  # (b nkv, r, end); scale folded into q
+            s = _mm(q.reshape(b * nkv, r, d), keys)  # (b nkv, r, end); scale folded into q
             if P is not None:
                 s[:, :, :P] += self.bias[:b * nkv]  # left padding: prompt columns only
-            o = torch.bmm(_softmax(s), self.v[i, :b, :, :end].view(b * nkv, end, d))  # (b nkv, r, d)
+            o = _mm(_softmax(s), self.v[i, :b, :, :end].view(b * nkv, end, d))  # (b nkv, r, d)
             x = self._out(x, o.view(b, nq * d), lw)
             x = _mlp(_normed(x, self.eps), x, lw)
-        return _normed(x, self.eps) @ self.head  # (b, V)
+        return _mm(_normed(x, self.eps), self.head)  # (b, V)
 
     def keep(self, rows: torch.Tensor, cols: int) -> None:
         """Keep cache rows `rows` (index tensor) as the new first len(rows) rows; only columns < cols are used.

@@ -94,6 +94,16 @@ def attention_weights(attn, head_dim: int, ln: torch.Tensor) -> dict:
     return out
 
 
+def _router(gate):
+    """The router module a forward pass uses: a router trained in full (`train_router`) sits in peft's
+    ModulesToSaveWrapper, whose forward runs the first active adapter's copy, or the original when adapters are off."""
+    if type(gate).__name__ != "ModulesToSaveWrapper":
+        return gate
+    if gate.disable_adapters or not gate.active_adapters:
+        return gate.original_module
+    return gate.modules_to_save[gate.active_adapters[0]]
+
+
 def mlp_weights(mlp, ln: torch.Tensor) -> dict:
     """Dense SwiGLU: w_gu (H, 2I) [gate | up], w_down (I, H). MoE: router (H, E), experts (E, H, 2I) and
     (E, I, H), and the same experts side by side, (H, E 2I) and (E I, H). `ln` folded into the input rows."""
@@ -101,7 +111,7 @@ def mlp_weights(mlp, ln: torch.Tensor) -> dict:
     if hasattr(mlp, "gate_proj"):
         (wg, _), (wu, _), (wd, _) = _linear(mlp.gate_proj), _linear(mlp.up_proj), _linear(mlp.down_proj)
         return dict(w_gu=(torch.cat([wg, wu]).t() * col).contiguous(), w_down=wd.t().contiguous())
-    gate = mlp.gate
+    gate = _router(mlp.gate)
     if type(gate).__name__ != "Qwen3MoeTopKRouter" or _lora_delta(gate) is not None:
         raise Unsupported(f"router {type(gate).__name__}")
     gate_up, down = _experts(mlp.experts)
@@ -113,15 +123,34 @@ def mlp_weights(mlp, ln: torch.Tensor) -> dict:
                 all_down=e_down.reshape(E * I2 // 2, H))
 
 
-def _autocast_on() -> bool:
-    """Whether torch.autocast is active here, on CPU or CUDA (autocast is thread-local)."""
-    return torch.is_autocast_enabled("cpu") or (torch.cuda.is_available() and torch.is_autocast_enabled("cuda"))
+MATRICES = ("w_qkv", "w_o", "w_gu", "w_down", "router", "e_gu", "e_down", "all_gu", "all_down")
+"""the per-layer weights that only ever enter a matmul (cast to the autocast dtype under torch.autocast)"""
+
+
+def autocast_dtype(device: torch.device):
+    """The dtype torch.autocast computes matmuls in on `device`'s type, here (autocast is thread-local); None off."""
+    kind = device.type
+    return torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else None
+
+
+def _cast_matrices(w: dict, dtype) -> dict:
+    """The weights with every matrix (MATRICES per layer, the LM head) in `dtype`; the rest unchanged."""
+    layers = [{k: (v.to(dtype) if k in MATRICES else v) for k, v in lw.items()} for lw in w["layers"]]
+    return {**w, "head": w["head"].to(dtype), "layers": layers}
 
 
 def read(model, max_len: int) -> dict:
-    """Everything `Decoder` needs from `model` (plain or peft-wrapped); raises Unsupported otherwise."""
-    if _autocast_on():  # a reduced-precision engine (rollout_autocast): the decoder computes in fp32 only
-        raise Unsupported("torch.autocast")
+    """Everything `Decoder` needs from `model` (plain or peft-wrapped); raises Unsupported otherwise.
+    Under torch.autocast the matrices come in the autocast dtype (a reduced-precision engine), read and folded in
+    the model's own dtype first (autocast off: the LoRA products B A are not rounded before they are added)."""
+    device = next(model.parameters()).device
+    low = autocast_dtype(device)
+    with torch.autocast(device.type, enabled=False):
+        w = _read(model, max_len)
+    return w if low is None or low == w["embed"].dtype else _cast_matrices(w, low)
+
+
+def _read(model, max_len: int) -> dict:
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     cfg, inner = base.config, getattr(base, "model", None)
     if cfg.model_type not in SUPPORTED or inner is None or type(inner.embed_tokens) is not torch.nn.Embedding:

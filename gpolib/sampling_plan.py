@@ -83,12 +83,12 @@ def calibrate(weights: dict, ids, mask, loop, n: int) -> tuple:
 def plan(weights: dict, ids, mask, loop) -> tuple:
     """(workers, threads) for sampling this batch on the CPU: measured, cached, re-measured now and then."""
     n = torch.get_num_threads()
-    if n == 1 or ids.device.type != "cpu":  # (under autocast there are no decoder weights: decode_weights.read)
+    if n == 1 or ids.device.type != "cpu":
         LAST.update(workers=1, threads=n, measured=False, seconds=None)
         return 1, n
     lw = weights["layers"][0]
     key = (tuple(weights["embed"].shape), len(weights["layers"]), weights["n_q"], weights["n_kv"], weights["d"],
-           tuple(lw["w_gu"].shape) if "w_gu" in lw else tuple(lw["e_gu"].shape), ids.shape[0], n)
+           tuple(lw["w_gu"].shape) if "w_gu" in lw else tuple(lw["e_gu"].shape), weights["head"].dtype, ids.shape[0], n)
     entry = _PLANS.get(key)
     measured = entry is None or entry[1] >= RECALIBRATE_EVERY
     if measured:

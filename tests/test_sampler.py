@@ -6,7 +6,9 @@
   models, with rows that finish at different times and the batch compacted on every finish;
 - float32: sampling log-probs agree with `completion_logps` within 1e-5 (random-weight models), and on
   the trained embedded models are no further from the float64 forward than the float32 forward is;
-- the inverse-CDF draw has the right frequencies, top-p drops the tail; unsupported models fall back.
+- the inverse-CDF draw has the right frequencies, top-p drops the tail; unsupported models fall back;
+- under bf16 autocast the decoder is a reduced-precision engine (matmuls and KV cache in bf16), as far from
+  the float32 forward as the transformers forward under the same autocast; a fully trained MoE router is read.
 """
 import copy
 
@@ -249,13 +251,70 @@ def test_unsupported_architecture_falls_back(tok):
     assert torch.equal(a[0], b[0])
 
 
-def test_autocast_falls_back_to_the_transformers_forward(tok):
-    """The decoder computes in fp32: under torch.autocast (rollout_autocast, a reduced-precision engine) 'auto'
-    samples with the transformers forward and an explicit 'decoder' refuses, like an unsupported model."""
-    model = random_model("dense", tok)
-    assert sampler.decoder_weights(model, 32, "auto") is not None
+def _autocast_logps(model, tok, engine: str, group: int = 8) -> tuple:
+    """Samples and sampling log-probs under bf16 autocast with `engine`, and the float32 forward's and the
+    bf16-autocast forward's log-probs of the same tokens; (mask, sampled, fp32 forward, bf16 forward)."""
+    ids, mask = _prompt_batch(tok, group=group)
+    torch.manual_seed(4)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert sampler.decoder_weights(model, 32, "auto") is None
-        assert isinstance(sampler.make_engine(model, 2, 32, "auto"), sampler._HFModel)
-        with pytest.raises(Unsupported, match="autocast"):
-            sampler.decoder_weights(model, 32, "decoder")
+        c, lp = sampler.sample(model, ids, mask, 48, tok.eos_token_id, tok.pad_token_id, engine=engine, plan=(1, 1))
+    cm = completion_masks(c, tok.eos_token_id)[0]
+    with torch.inference_mode():
+        fp32 = completion_logps(model, ids, mask, c, cm)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            bf16 = completion_logps(model, ids, mask, c, cm)
+    return cm.bool(), lp, fp32, bf16
+
+
+@pytest.mark.parametrize("arch", ["dense", "moe"])
+def test_autocast_decoder_is_a_reduced_precision_engine(arch, tok):
+    """Under torch.autocast (rollout_autocast, a bf16 engine) the decoder computes its matmuls and keeps its KV
+    cache in bf16: its sampling log-probs leave the float32 forward's by the same order as the transformers
+    forward under the same autocast does (a genuine engine mismatch), not by float32 noise."""
+    model = random_model(arch, tok)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        w = sampler.decoder_weights(model, 32, "decoder")
+        dec = Decoder(w, 2, 32)
+    assert w["head"].dtype == w["layers"][0]["w_qkv"].dtype == dec.k.dtype == dec.v.dtype == torch.bfloat16
+    assert w["embed"].dtype == w["cos"].dtype == torch.float32  # the residual stream and RoPE stay in float32
+    m, lp, fp32, bf16 = _autocast_logps(model, tok, "decoder")
+    ours = (lp - fp32)[m].abs().mean().item()
+    theirs = (bf16 - fp32)[m].abs().mean().item()  # the transformers forward's own bf16 error, same tokens
+    assert ours > 1e-3 and theirs > 1e-3  # far above float32 noise (~1e-6): reduced precision is in effect
+    assert 0.25 * theirs <= ours <= 4 * theirs, (ours, theirs)
+
+
+def test_autocast_decoder_on_the_embedded_models(embedded):
+    """The same on the trained embedded models (LoRA B non-zero); in float32 the same tokens' log-probs agree with
+    the forward within 1e-5 (test above), under bf16 they do not, by the bf16 forward's order."""
+    model, tok = embedded
+    m, lp, fp32, bf16 = _autocast_logps(model, tok, "decoder", group=4)
+    ours, theirs = (lp - fp32)[m].abs().mean().item(), (bf16 - fp32)[m].abs().mean().item()
+    assert ours > 1e-4 and 0.25 * theirs <= ours <= 4 * theirs, (ours, theirs)
+
+
+def test_trained_router_is_read_from_its_peft_wrapper(tok):
+    """train_router=True puts the MoE router in peft's ModulesToSaveWrapper: the decoder reads the trained copy
+    (float64 logits equal the forward's), and the original router when the adapters are disabled."""
+    from peft import get_peft_model
+
+    torch.manual_seed(0)
+    cfg = tiny_config("moe", len(tok), tok.pad_token_id, tok.eos_token_id)
+    cfg.initializer_range = 0.1
+    base = AutoModelForCausalLM.from_config(cfg).to(torch.float64)
+    base.config._experts_implementation = "eager"
+    model = _random_lora(get_peft_model(base, lora_config(base, 4, 8, train_router=True))).eval()
+    gates = [m for m in model.modules() if type(m).__name__ == "ModulesToSaveWrapper"]
+    assert gates
+    for g in gates:  # the trained copy moves away from the original
+        torch.nn.init.normal_(g.modules_to_save[g.active_adapters[0]].weight, std=0.3)
+    ids, mask = _prompt_batch(tok)
+    pos = position_ids(mask)
+    with torch.inference_mode():
+        got = Decoder(model, 3, ids.shape[1] + 1).prefill(ids, mask, pos)
+        ref = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits[:, -1]
+        with model.disable_adapter():
+            got_off = Decoder(model, 3, ids.shape[1] + 1).prefill(ids, mask, pos)
+            ref_off = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits[:, -1]
+    assert (got - ref).abs().max() <= 1e-10 and (got_off - ref_off).abs().max() <= 1e-10
+    assert (ref - ref_off).abs().max() > 1e-3  # the two routers genuinely differ

@@ -32,8 +32,9 @@ from .runs import mean_over
 from .verdicts import NOT, PARTLY, REPRODUCED, Verdict
 
 ENGINE = {"rollout_autocast": "bfloat16"}
-"""the rollout engine of every arm: sampling under bf16 autocast while the trainer computes in float32, so the
-engine's and the trainer's log-probs genuinely differ, as between vLLM and the training framework (Sec. 5.4)"""
+"""the rollout engine of every arm: sampling under bf16 autocast (the decoder's matmuls and KV cache in bf16) while
+the trainer computes in float32, so the engine's and the trainer's log-probs genuinely differ, as between vLLM and
+the training framework (Sec. 5.4)"""
 MOE_TRAINING = {"mu": 4, "train_router": True, **ENGINE}
 """shared by every arm: the paper's several minibatch updates per rollout batch (mu = 4, Sec. 5.1), the router
 trained (its weight in full, beside LoRA), so that the update can move the routing directly"""
