@@ -29,7 +29,7 @@ from .rundir import RunDir
 from .runtime import cpu_threads
 from .tasks import render_prompt
 from .update import update
-from . import value_loop
+from . import eval_cache, value_loop
 
 EVAL_TEMPERATURE = 1.0
 """held-out accuracy is sampled at T = 1 (the policy itself), whatever the rollout temperature (DESIGN, evidence)"""
@@ -197,7 +197,7 @@ def _train_locked(cfg: TrainConfig, run: RunDir, progress: bool) -> list:
         run.rewrite_metrics(metrics)
     else:
         run.rewrite_metrics([])
-        metrics, evals, start, wall = [], [trainer.evaluate(0)], 0, 0.0
+        metrics, evals, start, wall = [], [eval_cache.step0(trainer)], 0, 0.0  # shared by runs of one base policy
         pretrain = value_loop.pretrain_value(trainer) if trainer.value is not None else []  # VAPO Value-Pretraining
     report = reporter(cfg.report_to, run.path, start)  # TensorBoard, when asked
     bar = tqdm(range(start, cfg.steps), desc=f"{cfg.name} seed {cfg.seed}", disable=not progress,

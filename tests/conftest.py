@@ -84,3 +84,11 @@ def clean_resume_run(tmp_path_factory):
     env = dict(os.environ, PYTHONPATH=os.getcwd())
     subprocess.run([sys.executable, "-c", RESUME_SCRIPT, str(out)], env=env, check=True)
     return out
+
+
+@pytest.fixture(autouse=True)
+def _step0_eval_cache(tmp_path_factory, monkeypatch):
+    """Every test's step-0 evaluations go to one session-wide temporary cache (gpolib.eval_cache), not ~/.cache."""
+    from gpolib import eval_cache
+
+    monkeypatch.setenv(eval_cache.CACHE_ENV, str(tmp_path_factory.getbasetemp() / "gpolib-cache"))

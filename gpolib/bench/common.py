@@ -65,6 +65,15 @@ def rss_mb() -> float:
     return psutil.Process().memory_info().rss / 2 ** 20
 
 
+def cpu_model() -> str | None:
+    """The CPU's model name from /proc/cpuinfo (Linux), e.g. 'AMD EPYC ...'; None where there is none."""
+    with contextlib.suppress(OSError):
+        for line in open("/proc/cpuinfo", encoding="utf-8"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return None
+
+
 def environment() -> dict:
     import peft
     import transformers
@@ -72,7 +81,7 @@ def environment() -> dict:
     env = {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
            "peft": peft.__version__, "trl": trl.__version__, "cpu_count": os.cpu_count(),
            "torch_threads": torch.get_num_threads(), "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY"),
-           "cpu": platform.processor() or platform.machine()}
+           "cpu": platform.processor() or platform.machine(), "cpu_model": cpu_model()}
     with contextlib.suppress(Exception):
         env["loadavg_1_5_15"] = [round(x, 2) for x in os.getloadavg()]
     return env

@@ -74,39 +74,48 @@ def configurations(n: int, with_generate: bool) -> dict:
     return out
 
 
-def run_engine(model, tok, ids, mask, conf: tuple, T: int, eos: int, seed: int) -> dict:
-    """One batch with one configuration: wall and process CPU seconds, completion tokens and lengths."""
+def run_engine(model, tok, ids, mask, conf: tuple, T: int, eos: int, seed: int, autocast: str | None = None) -> dict:
+    """One batch with one configuration: wall and process CPU seconds, completion tokens and lengths.
+    autocast: 'bfloat16' / 'float16' samples under torch.autocast (a reduced-precision engine), None in fp32."""
     from .. import sampling_plan
-    from ..lora import merged_lora
+    from ..rollout import autocast as autocast_ctx
 
     engine, threads, plan = conf
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
     t0, c0 = time.perf_counter(), time.process_time()
-    if engine == "generate":
-        with merged_lora(model):
-            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=T, do_sample=True, top_k=0,
-                                 eos_token_id=eos, pad_token_id=tok.pad_token_id)
-        c = out[:, ids.shape[1]:]
-    else:
-        c, _ = sample(model, ids, mask, T, eos, tok.pad_token_id, engine=engine, plan=plan)
+    with autocast_ctx(autocast, ids.device):
+        c = _sample(model, tok, ids, mask, engine, plan, T, eos)
     lengths = _lengths(c, eos)
     return {"s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0, "tokens": int(lengths.sum()),
             "lengths": lengths, "plan": dict(sampling_plan.LAST) if engine == "decoder" and plan is None else None}
 
 
+def _sample(model, tok, ids, mask, engine: str, plan, T: int, eos: int) -> torch.Tensor:
+    """Completion ids (B, T') of one configuration."""
+    from ..lora import merged_lora
+
+    if engine == "generate":
+        with merged_lora(model):
+            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=T, do_sample=True, top_k=0,
+                                 eos_token_id=eos, pad_token_id=tok.pad_token_id)
+        return out[:, ids.shape[1]:]
+    return sample(model, ids, mask, T, eos, tok.pad_token_id, engine=engine, plan=plan)[0]
+
+
 def measure(model, tok, ids, mask, max_new_tokens: int, n: int, repeats: int, no_eos: bool = False,
-            with_generate: bool = False) -> dict:
-    """All configurations, interleaved `repeats` times after one short warm-up each."""
+            with_generate: bool = False, autocast: str | None = None) -> dict:
+    """All configurations, interleaved `repeats` times after one short warm-up each (under torch.autocast in
+    `autocast`'s dtype when given: the reduced-precision engine of `TrainConfig.rollout_autocast`)."""
     eos = -1 if no_eos else tok.eos_token_id
     confs = configurations(n, with_generate)
     for c in confs.values():
-        run_engine(model, tok, ids, mask, c, 8, eos, 0)
+        run_engine(model, tok, ids, mask, c, 8, eos, 0, autocast)
     runs = {k: [] for k in confs}
     for rep in range(repeats):
         for k, c in confs.items():
-            runs[k].append(run_engine(model, tok, ids, mask, c, max_new_tokens, eos, 1000 + rep))
-    out = {"threads": n, "configurations": {}, "speedups": {}}
+            runs[k].append(run_engine(model, tok, ids, mask, c, max_new_tokens, eos, 1000 + rep, autocast))
+    out = {"threads": n, "autocast": autocast, "configurations": {}, "speedups": {}}
     for k, rs in runs.items():
         secs = sum(r["s"] for r in rs)
         out["configurations"][k] = {
@@ -122,7 +131,8 @@ def measure(model, tok, ids, mask, max_new_tokens: int, n: int, repeats: int, no
 
 
 def report(r: dict, peak: float) -> None:
-    print(f"\n=== up to {r['threads']} thread(s); fp32 matmul peak {peak:.0f} GFLOP/s ({r['threads']} threads, "
+    engine = f"; sampling under {r['autocast']} autocast" if r.get("autocast") else ""
+    print(f"\n=== up to {r['threads']} thread(s){engine}; fp32 matmul peak {peak:.0f} GFLOP/s ({r['threads']} threads, "
           f"1024^3, best of 8) ===")
     print(f"{'configuration':14s} {'s median':>9s} {'tok/s':>8s} {'GFLOP/s':>8s} {'% peak':>7s} {'vs hf@1':>8s}"
           f"  s all / tokens")
