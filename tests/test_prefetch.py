@@ -62,3 +62,29 @@ def test_the_whole_workbook_plans_without_error():
     assert by_prefix["00"] == {} and by_prefix["90"] == {}
     assert len(by_prefix["01"]) == 3 and len(by_prefix["03"]) == 18
     assert len(prefetch.pending(jobs)) == 3 + 18 + 6 + 18 + 3 + 6 + 12  # 01, 03, 04, 05, 06 (dr_grpo), 07, 08
+
+
+def test_run_cost_counts_generated_and_trained_positions():
+    """By hand: 2 prompts x G = 4 x 20 tokens = 160 positions generated and 160 trained per pass, 3 steps."""
+    from gpolib.config import TrainConfig
+
+    base = dict(prompts_per_step=2, group_size=4, max_new_tokens=20, steps=3)
+    assert prefetch.run_cost(TrainConfig(**base, mu=1)) == 3 * (160 + 160)
+    assert prefetch.run_cost(TrainConfig(**base, mu=2)) == 3 * (160 + 320)
+    assert prefetch.run_cost(TrainConfig(**base, gfpo_k=2)) == 3 * (160 + 80)  # 2 of 4 responses trained
+    assert prefetch.run_cost(TrainConfig(**base, dynamic_sampling=True, max_gen_batches=3)) == 3 * (320 + 160)
+    # a value model: its pass beside the policy's, and one pre-training step (generate, train the critic)
+    gae = TrainConfig(**base, advantage_estimator="gae", value_pretrain_steps=1)
+    assert prefetch.run_cost(gae) == 3 * (160 + 2 * 160) + (160 + 160)
+
+
+def test_long_runs_queue_first_and_equal_ones_seed_major():
+    """07: the VAPO runs (a value model, 50 pre-training steps) first, then GRPO (01's runs) and DAPO, equal in
+    cost, seed-major."""
+    jobs = _jobs("07")
+    todo = prefetch.pending([jobs["07"]])
+    assert [label.split()[1] for label, _, _ in todo] == [
+        "vapo/seed0", "vapo/seed1", "vapo/seed2",
+        "grpo/seed0", "dapo/seed0", "grpo/seed1", "dapo/seed1", "grpo/seed2", "dapo/seed2"]
+    costs = [prefetch.run_cost(c) for _, c, _ in todo]
+    assert costs == sorted(costs, reverse=True) and costs[0] > 1.5 * costs[-1]

@@ -58,9 +58,30 @@ def notebook_runs(job: workbook.Job) -> dict:
     return {name: (cfg, dirs[name]) for name, cfg in cfgs.items()}
 
 
+def run_cost(cfg) -> float:
+    """A run's relative cost, for ordering the queue (a count of token positions, not seconds).
+
+    Per RL step: the positions generated, prompts_per_step x G x max_new_tokens (x the mean of 1 and
+    max_gen_batches with dynamic sampling, which re-samples up to that many batches), plus those trained, the
+    kept responses (GFPO's k of G) x max_new_tokens x mu, twice with a value model (its forward and backward
+    beside the policy's). Each value pre-training step generates a batch and trains the value model on it.
+    """
+    gen = cfg.prompts_per_step * cfg.group_size * cfg.max_new_tokens
+    if cfg.dynamic_sampling:
+        gen *= (1 + cfg.max_gen_batches) / 2
+    kept = cfg.prompts_per_step * (cfg.gfpo_k or cfg.group_size) * cfg.max_new_tokens
+    value = cfg.advantage_estimator == "gae"
+    step = gen + kept * cfg.mu * (2 if value else 1)
+    return cfg.steps * step + (cfg.value_pretrain_len * (gen + kept) if value else 0)
+
+
 def pending(jobs: list) -> list:
-    """(label, config, folder) of every unfinished run, each folder once, seed-major: every arm's seed 0 first,
-    then seed 1, ... (stopped early, every arm has the same seeds; a notebook run with fewer SEEDS reuses them)."""
+    """(label, config, folder) of every unfinished run, each folder once, longest first (`run_cost`), runs of
+    equal cost seed-major (every arm's seed 0 first, then seed 1, ...).
+
+    With n processes the queue ends when its last run does: started last, a long run (a VAPO run is three
+    times a DAPO run) would run alone at the end while the other processes idle; started first, it leaves the
+    short runs to fill in beside it (longest-processing-time-first order)."""
     out, seen = [], set()
     for job in jobs:
         for name, (cfg, folder) in notebook_runs(job).items():
@@ -68,7 +89,7 @@ def pending(jobs: list) -> list:
                 continue
             seen.add(folder)
             out.append((f"{job.prefix} {name}", cfg, folder))
-    return sorted(out, key=lambda item: item[1].seed)
+    return sorted(out, key=lambda item: (-run_cost(item[1]), item[1].seed))
 
 
 def _train_one(item: tuple) -> tuple:
