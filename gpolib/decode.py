@@ -10,6 +10,9 @@ position tensors rebuilt every step. `Decoder` computes with the weights of `dec
     columns of the scores only (left padding never reaches the generated columns);
   - a RoPE table for positions 0..S-1 from the model's own rotary module;
   - finished rows leave the batch through `keep` (one copy of the used columns).
+A float32 decode step's attention runs as one call per layer of the fused C++ kernel of `attention_kernel` (scores,
+padding bias, softmax and values in one pass over the cache) where it is built; otherwise, and in other dtypes,
+as bmm, softmax, bmm.
 Every equation is the model's own: RMSNorm x / sqrt(mean(x^2) + eps) in fp32 (weight in the next
 matmul); q/k head norms (Qwen3); RoPE x cos + rotate_half(x) sin; softmax(q k^T / sqrt(d) + mask) v
 with grouped KV heads; SwiGLU down(silu(gate x) * up x); MoE top-k of softmax(router x) (fp32),
@@ -28,6 +31,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from . import attention_kernel
 from .decode_weights import SUPPORTED, Unsupported, read  # noqa: F401  (re-exported)
 
 MOE_DENSE_BELOW = 32
@@ -123,6 +127,7 @@ class Decoder:
         self.k = torch.zeros(*shape, self.d, max_len, dtype=self.kv_dtype, device=dev)  # keys stored transposed
         self.v = torch.zeros(*shape, max_len, self.d, dtype=self.kv_dtype, device=dev)
         self.bias = None  # (B nkv, 1, P): -inf on left padding, set by prefill; None: no padding
+        self.fused = attention_kernel.usable(self.k)  # a step's attention in one kernel call per layer
 
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """Left-padded prompts (b, P) -> next-token logits (b, V); fills cache columns 0..P-1."""
@@ -174,16 +179,22 @@ class Decoder:
         nq, nkv, d, r = self.n_q, self.n_kv, self.d, self.n_q // self.n_kv
         cos, sin = F.embedding(pos, self.cos).unsqueeze(1), F.embedding(pos, self.sin).unsqueeze(1)  # (b, 1, d)
         P = None if self.bias is None else self.bias.shape[-1]
+        threads = torch.get_num_threads() if self.fused else 1
         x = F.embedding(tok, self.embed)  # (b, H)
         for i, lw in enumerate(self.layers):
             q, k, v = self._qkv(_normed(x, self.eps), i, lw, cos, sin, (b,))  # (b, heads, d)
             self.k[i, :b, :, :, col] = k
             self.v[i, :b, :, col] = v
             keys = self.k[i, :b, :, :, :end].view(b * nkv, d, end)
-            s = _mm(q.reshape(b * nkv, r, d), keys)  # (b nkv, r, end); scale folded into q
-            if P is not None:
-                s[:, :, :P] += self.bias[:b * nkv]  # left padding: prompt columns only
-            o = _mm(_softmax(s), self.v[i, :b, :, :end].view(b * nkv, end, d))  # (b nkv, r, d)
+            vals = self.v[i, :b, :, :end].view(b * nkv, end, d)
+            if self.fused:
+                o = attention_kernel.attend(q.reshape(b * nkv, r, d), keys, vals,
+                                            None if P is None else self.bias[:b * nkv], threads)
+            else:
+                s = _mm(q.reshape(b * nkv, r, d), keys)  # (b nkv, r, end); scale folded into q
+                if P is not None:
+                    s[:, :, :P] += self.bias[:b * nkv]  # left padding: prompt columns only
+                o = _mm(_softmax(s), vals)  # (b nkv, r, d)
             x = self._out(x, o.view(b, nq * d), lw)
             x = _mlp(_normed(x, self.eps), x, lw)
         return _mm(_normed(x, self.eps), self.head)  # (b, V)
