@@ -11,6 +11,7 @@
 // (V[t][c]); both are strided views of the cache, so nothing is copied. Float32 throughout; exp is a
 // polynomial of degree 7 after range reduction (within a few float32 ulps on [-87, 0], 0 below), written
 // to vectorise (the library's expf is scalar).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -67,10 +68,7 @@ void one_product(const float* __restrict q, const float* __restrict k, int64_t k
                  int64_t v_t, const float* __restrict bias, int64_t P, float* __restrict out, int64_t r,
                  int64_t d, int64_t end, float* __restrict s) {
     // s: (r, end) scratch
-    for (int64_t j = 0; j < r; ++j) {
-        float* sj = s + j * end;
-        for (int64_t t = 0; t < end; ++t) sj[t] = 0.0f;
-    }
+    std::fill(s, s + r * end, 0.0f);
     for (int64_t c = 0; c < d; ++c) {
         const float* kc = k + c * k_c;
         for (int64_t j = 0; j < r; ++j) {
@@ -80,10 +78,7 @@ void one_product(const float* __restrict q, const float* __restrict k, int64_t k
         }
     }
     softmax_rows(s, bias, P, r, end);
-    for (int64_t j = 0; j < r; ++j) {
-        float* oj = out + j * d;
-        for (int64_t c = 0; c < d; ++c) oj[c] = 0.0f;
-    }
+    std::fill(out, out + r * d, 0.0f);
     for (int64_t t = 0; t < end; ++t) {
         const float* vt = v + t * v_t;
         for (int64_t j = 0; j < r; ++j) {
