@@ -8,7 +8,8 @@ does not scale across threads). This builds each notebook's configurations exact
 (`runs.budget` from the parameters cell and the profile, `runs.configs` over the lab module's `ARMS`,
 `runs.run_dirs` with its `HOME`), trains the unfinished ones, and leaves them for the notebook to reuse:
 its folder table then says `finished` for every run. A run shared by two notebooks (a `HOME` baseline)
-is trained once.
+is trained once. The queue starts the costliest runs first (`run_cost`, `pending`), so that no long run is left
+alone at its end.
 
 A notebook takes part when its lab module (`gpolib.lab.<name without the NN_ prefix>`) defines `ARMS`.
 """
