@@ -25,6 +25,9 @@ from .logprobs import position_ids
 from .objectives import decoupled_gae, length_adaptive_lambda, terminal_rewards
 
 ADAPTER = "value"
+FUSED_FIRST_PASS = True
+"""one forward per micro-batch gives V_old and the first value update's gradients where the update has a single
+minibatch of every row (`advantages_and_gradients`); False: a no-grad pass, then the update's (for comparison)"""
 
 
 # --- losses and diagnostics (pure) ------------------------------------------------
@@ -126,33 +129,41 @@ class ValueModel:
     @torch.no_grad()
     def predict(self, ro, chunk_rows: int = 64) -> torch.Tensor:
         """V of every row of a Rollout, no graph: (B, T), on the CPU. Rows of similar length share a chunk."""
-        dev = self.head.weight.device
         out = torch.zeros(ro.completion_ids.shape)  # (B, T)
         with self.adapter():
             for rows in torch.argsort(ro.lengths, stable=True).split(chunk_rows):
-                out[rows] = self.forward(ro.prompt_ids[rows].to(dev), ro.prompt_mask[rows].to(dev),
-                                         ro.completion_ids[rows].to(dev), ro.completion_mask[rows].to(dev)).cpu()
+                out[rows] = self._forward_rows(ro, rows)[0].cpu()
         return out
 
     def update(self, ro, targets, old_values, minibatches: list, clip=None, micro_rows: int = 64) -> dict:
         """One AdamW step per minibatch (index tensors) on the value loss; returns mean diagnostics."""
-        dev = self.head.weight.device
         infos: dict = {}
         with self.adapter():
             for mb in minibatches:
-                n_tok = ro.completion_mask[mb].sum().clamp(min=1).to(dev)
+                n_tok = ro.completion_mask[mb].sum().clamp(min=1)
                 for micro in mb[torch.argsort(ro.lengths[mb], stable=True)].split(micro_rows):  # similar lengths
-                    c_mask = ro.completion_mask[micro].to(dev)
-                    v = self.forward(ro.prompt_ids[micro].to(dev), ro.prompt_mask[micro].to(dev),
-                                     ro.completion_ids[micro].to(dev), c_mask)
-                    loss, _ = value_loss(v, targets[micro].to(dev), c_mask, old_values[micro].to(dev), clip, n_tok)
+                    v, c_mask = self._forward_rows(ro, micro)
+                    dev = v.device
+                    loss, _ = value_loss(v, targets[micro].to(dev), c_mask, old_values[micro].to(dev), clip,
+                                         n_tok.to(dev))
                     loss.backward()
-                gn = torch.nn.utils.clip_grad_norm_(self.parameters(), self.max_grad_norm)
-                self.opt.step()
-                self.opt.zero_grad(set_to_none=True)
-                infos.setdefault("value_grad_norm", []).append(gn.item())
+                infos.setdefault("value_grad_norm", []).append(self.step()["value_grad_norm"])
         # the loss after the update is not measured here: the loop reports the pre-update fit (explained variance)
         return {k: sum(v) / len(v) for k, v in infos.items()}
+
+    def _forward_rows(self, ro, rows) -> tuple:
+        """V of a Rollout's `rows` with gradients, and their completion mask, on the model's device: (b, T) each."""
+        dev = self.head.weight.device
+        c_mask = ro.completion_mask[rows].to(dev)
+        return self.forward(ro.prompt_ids[rows].to(dev), ro.prompt_mask[rows].to(dev), ro.completion_ids[rows].to(dev),
+                            c_mask), c_mask
+
+    def step(self) -> dict:
+        """The optimiser step on the gradients accumulated so far (clipped to max_grad_norm); its grad norm."""
+        gn = torch.nn.utils.clip_grad_norm_(self.parameters(), self.max_grad_norm)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        return {"value_grad_norm": gn.item()}
 
     def state_dict(self) -> dict:
         """A copy (not views of the live tensors): adapter weights, head, optimiser."""
@@ -168,6 +179,21 @@ class ValueModel:
 
 
 # --- advantages and targets, one step, pre-training ------------------------------------
+def _gae(old, ro, rewards, rows, gamma: float, lam_policy: float, lam_critic, alpha) -> tuple:
+    """Decoupled GAE of `rows` (an index tensor or slice) of a rollout on their V_old (b, T): (adv, targets)."""
+    mask = ro.completion_mask[rows].float()  # (b, T)
+    lam_p = length_adaptive_lambda(ro.lengths[rows], alpha) if alpha is not None else lam_policy
+    lam_c = lam_p if lam_critic is None else lam_critic
+    return decoupled_gae(terminal_rewards(rewards[rows], mask), old, mask, gamma, lam_p, lam_c)
+
+
+def _fit_stats(old, targets, mask) -> dict:
+    """The value model's fit to a rollout before its update: loss, explained variance, mean V."""
+    loss, _ = value_loss(old, targets, mask)
+    return {"value_loss": loss.item(), "value_explained_var": explained_variance(old, targets, mask),
+            "value_mean": float((old * mask).sum() / mask.sum().clamp(min=1))}
+
+
 def token_advantages(vm: ValueModel, ro, rewards, gamma: float, lam_policy: float, lam_critic=None,
                      alpha=None, chunk_rows: int = 64) -> tuple:
     """Per-token policy advantages and value targets of one scored rollout, both (B, T), by decoupled GAE.
@@ -176,20 +202,44 @@ def token_advantages(vm: ValueModel, ro, rewards, gamma: float, lam_policy: floa
     when alpha is set (Length-Adaptive GAE); lam_critic None: the policy's lambda (PPO), 1.0: VAPO.
     Also returns V_old (B, T) and the value metrics of the rollout before the value model is updated.
     """
-    mask = ro.completion_mask.float()  # (B, T)
     old = vm.predict(ro, chunk_rows)  # (B, T)
-    lam_p = length_adaptive_lambda(ro.lengths, alpha) if alpha is not None else lam_policy
-    lam_c = lam_p if lam_critic is None else lam_critic
-    adv, targets = decoupled_gae(terminal_rewards(rewards, mask), old, mask, gamma, lam_p, lam_c)
-    loss, _ = value_loss(old, targets, mask)
-    stats = {"value_loss": loss.item(), "value_explained_var": explained_variance(old, targets, mask),
-             "value_mean": float((old * mask).sum() / mask.sum().clamp(min=1))}
-    return adv, targets, old, stats
+    adv, targets = _gae(old, ro, rewards, slice(None), gamma, lam_policy, lam_critic, alpha)
+    return adv, targets, old, _fit_stats(old, targets, ro.completion_mask.float())
+
+
+def advantages_and_gradients(vm: ValueModel, ro, rewards, gamma: float, lam_policy: float, lam_critic=None,
+                             alpha=None, clip=None, micro_rows: int = 64) -> tuple:
+    """`token_advantages` and the backward of a one-minibatch value update on every row, from one forward.
+
+    With a single minibatch (mu = 1; every pre-training step) the update's first forward sees the weights that
+    gave V_old, so V_old is that forward's output: per micro-batch (the rows by length, as in `predict` and
+    `update`) V with gradients, V_old = V detached, GAE of those rows (each row's own), the value loss
+    (PPO Eq. 9, normalised by all rows' tokens) and its backward. The gradients wait in the value parameters
+    for `ValueModel.step`; a no-grad pass (`predict`) is saved. Returns (adv, targets, V_old, stats) as
+    `token_advantages` does.
+    """
+    B, T = ro.completion_ids.shape
+    adv, targets, old = torch.zeros(B, T), torch.zeros(B, T), torch.zeros(B, T)  # on the CPU, as `predict`'s
+    n_tok = ro.completion_mask.sum().clamp(min=1)
+    vm.opt.zero_grad(set_to_none=True)  # a skipped update may have left gradients behind
+    with vm.adapter():
+        for rows in torch.argsort(ro.lengths, stable=True).split(micro_rows):
+            v, c_mask = vm._forward_rows(ro, rows)
+            o = v.detach()
+            a, t = _gae(o.cpu(), ro, rewards, rows, gamma, lam_policy, lam_critic, alpha)
+            loss, _ = value_loss(v, t.to(v.device), c_mask, o, clip, n_tok.to(v.device))
+            loss.backward()
+            adv[rows], targets[rows], old[rows] = a, t, o.cpu()
+    return adv, targets, old, _fit_stats(old, targets, ro.completion_mask.float())
 
 
 def value_step(vm: ValueModel, ro, rewards, gamma: float, lam_critic: float, minibatches: list,
                clip=None, micro_rows: int = 64) -> dict:
-    """Fit V to the GAE(lam_critic) targets of one scored rollout; the metrics use the values before the step."""
+    """Fit V to the GAE(lam_critic) targets of one scored rollout; the metrics use the values before the step.
+    One minibatch of every row: one forward per micro-batch (`advantages_and_gradients`)."""
+    if FUSED_FIRST_PASS and len(minibatches) == 1 and len(minibatches[0]) == len(ro.lengths):
+        *_, stats = advantages_and_gradients(vm, ro, rewards, gamma, lam_critic, lam_critic, None, clip, micro_rows)
+        return {**stats, **vm.step()}
     _, targets, old, stats = token_advantages(vm, ro, rewards, gamma, lam_critic, lam_critic, None, micro_rows)
     return {**stats, **vm.update(ro, targets, old, minibatches, clip, micro_rows)}
 

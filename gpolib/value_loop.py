@@ -22,7 +22,8 @@ import torch
 
 from .collect import Batch, step_seed
 from .metrics import Mean
-from .value import ValueModel, positive_lm_loss, pretrain, token_advantages
+from . import value
+from .value import ValueModel, advantages_and_gradients, positive_lm_loss, pretrain, token_advantages
 
 VALUE_METRICS = {"value/loss": "value_loss", "value/explained_var": "value_explained_var", "value/mean": "value_mean"}
 """step-row name -> key of gpolib.value's statistics of a fresh rollout (before the value update)"""
@@ -36,6 +37,8 @@ class ValueBatch(Batch):
     """(B, T) GAE(lambda_critic) returns: the regression targets of V"""
     old_values: Optional[torch.Tensor] = None
     """(B, T) V of the rollout before the update (GAE's baseline, the clipped value loss's anchor)"""
+    value_grads: bool = False
+    """the value update's gradients are already in the value parameters (`advantages_and_gradients`)"""
 
 
 def make_value_model(trainer) -> ValueModel | None:
@@ -69,11 +72,14 @@ def gae_batch(trainer, ro, correct, rewards, loss_mask, stats: dict) -> ValueBat
     """The batch of a 'gae' step: per-token advantages by (decoupled, length-adaptive) GAE on V_old."""
     c = trainer.cfg
     t0 = time.perf_counter()
-    adv, targets, old, vstats = token_advantages(trainer.value, ro, rewards, c.gamma, c.lambda_policy,
-                                                 c.lambda_critic, c.lambda_alpha, c.micro_batch_rows)
+    fused = value.FUSED_FIRST_PASS and c.mu == 1  # one minibatch of every row (`update.update`)
+    args = (trainer.value, ro, rewards, c.gamma, c.lambda_policy, c.lambda_critic, c.lambda_alpha)
+    adv, targets, old, vstats = (advantages_and_gradients(*args, c.value_clip, c.micro_batch_rows) if fused
+                                 else token_advantages(*args, c.micro_batch_rows))
     stats.update({name: vstats[key] for name, key in VALUE_METRICS.items()})
     stats["time/value_s"] = time.perf_counter() - t0
-    return ValueBatch(ro, correct, rewards, adv, loss_mask, stats, value_targets=targets, old_values=old)
+    return ValueBatch(ro, correct, rewards, adv, loss_mask, stats, value_targets=targets, old_values=old,
+                      value_grads=fused)
 
 
 def has_signal(cfg, batch: Batch) -> bool:
@@ -114,12 +120,16 @@ def positive_lm_term(cfg, logps, mask, correct, n_positive: float) -> tuple:
 def update_value(trainer, batch: ValueBatch, minibatches: list) -> dict:
     """One value-model step per minibatch, on the batch's GAE(lambda_critic) targets; its metrics.
 
-    time/value_s: the step's time on the value model (its V_old pass in `gae_batch` and these steps),
+    time/value_s: the step's time on the value model (its V_old pass in `gae_batch`, with the gradients of a
+    single minibatch, and these steps),
     a part of time/rollout_s and time/train_s."""
     c = trainer.cfg
     t0 = time.perf_counter()
-    info = trainer.value.update(batch.rollout, batch.value_targets, batch.old_values, minibatches, c.value_clip,
-                                c.micro_batch_rows)
+    if batch.value_grads:  # the gradients of the one minibatch came with V_old (`gae_batch`)
+        info = trainer.value.step()
+    else:
+        info = trainer.value.update(batch.rollout, batch.value_targets, batch.old_values, minibatches, c.value_clip,
+                                    c.micro_batch_rows)
     elapsed = batch.stats.get("time/value_s", 0.0) + time.perf_counter() - t0
     return {"value/grad_norm": info.get("value_grad_norm"), "time/value_s": elapsed}
 

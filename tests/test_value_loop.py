@@ -153,3 +153,39 @@ def test_vapo_run_records_pretraining_and_saves_the_value_model(tiny_cfg, tmp_pa
     assert [row["step"] for row in summary["value_pretrain"]] == [0, 1]
     assert (tmp_path / "vapo" / "adapter" / "value_head.pt").exists()
     assert (tmp_path / "vapo" / "adapter" / "value" / "adapter_config.json").exists()
+
+
+@pytest.mark.parametrize("name,extra", [("vapo", {}), ("ppo", {"value_clip": 0.2})])
+def test_one_forward_for_v_old_and_the_value_gradients_changes_nothing(name, extra, tiny_cfg, monkeypatch):
+    """mu = 1: V_old and the one value update's gradients from the same forward per micro-batch
+    (`value.advantages_and_gradients`) give the run of a no-grad V_old pass followed by the update's own forward:
+    pre-training and RL steps' metrics, policy and value weights (micro-batches of 4 rows: several per step)."""
+    import copy
+    from gpolib import value
+    from gpolib.train import train_step
+
+    def run(fused: bool):
+        monkeypatch.setattr(value, "FUSED_FIRST_PASS", fused)
+        tr = Trainer(tiny_cfg(name, micro_batch_rows=4, **extra))
+        pre = pretrain_value(tr)
+        rows = [_stable(train_step(tr, s)) for s in range(2)]
+        return pre, rows, copy.deepcopy(tr.model.state_dict()), copy.deepcopy(tr.value.head.state_dict())
+
+    fused, plain = run(True), run(False)
+    assert fused[0] == plain[0] and fused[1] == plain[1]
+    assert all(torch.equal(a, fused[2][k]) for k, a in plain[2].items())
+    assert all(torch.equal(a, fused[3][k]) for k, a in plain[3].items())
+    assert all(r["value/grad_norm"] > 0 for r in fused[1])
+
+
+def test_a_skipped_update_leaves_no_value_gradients_behind(tiny_cfg):
+    """The fused pass clears the value parameters' gradients first: a step whose update was skipped (its
+    gradients computed with V_old, never applied) does not leak into the next."""
+    from gpolib.value import advantages_and_gradients
+
+    tr = Trainer(tiny_cfg("ppo"))
+    ro, _, rewards = _scored(tr)
+    advantages_and_gradients(tr.value, ro, rewards, 1.0, 0.95, micro_rows=4)
+    first = [p.grad.clone() for p in tr.value.parameters()]
+    advantages_and_gradients(tr.value, ro, rewards, 1.0, 0.95, micro_rows=4)  # the update before was skipped
+    assert all(torch.equal(g, p.grad) for g, p in zip(first, tr.value.parameters()))
