@@ -26,6 +26,8 @@ from pathlib import Path
 
 import torch
 
+from . import paths
+
 SOURCE = Path(__file__).parent / "kernels" / "decode_attention.cpp"
 FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fPIC", "-shared", "-pthread")
 ENV = "GPOLIB_DECODE_KERNEL"
@@ -67,14 +69,11 @@ def _cpu_flags() -> str:
 
 def library_path(compiler: str) -> Path:
     """Where the built library for this source, compiler and CPU lives."""
-    from .eval_cache import CACHE_ENV
-
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=True).stdout
     h = hashlib.sha256()
     for part in (SOURCE.read_bytes(), " ".join(FLAGS).encode(), version.encode(), _cpu_flags().encode()):
         h.update(part)
-    root = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "gpolib")
-    return root / "kernels" / f"decode_attention-{h.hexdigest()[:16]}.so"
+    return paths.cache_root() / "kernels" / f"decode_attention-{h.hexdigest()[:16]}.so"
 
 
 def build(compiler: str | None = None) -> Path:

@@ -179,21 +179,22 @@ class Decoder:
         nq, nkv, d, r = self.n_q, self.n_kv, self.d, self.n_q // self.n_kv
         cos, sin = F.embedding(pos, self.cos).unsqueeze(1), F.embedding(pos, self.sin).unsqueeze(1)  # (b, 1, d)
         P = None if self.bias is None else self.bias.shape[-1]
+        bias = None if self.bias is None else self.bias[:b * nkv]  # (b nkv, 1, P)
         threads = torch.get_num_threads() if self.fused else 1
         x = F.embedding(tok, self.embed)  # (b, H)
         for i, lw in enumerate(self.layers):
             q, k, v = self._qkv(_normed(x, self.eps), i, lw, cos, sin, (b,))  # (b, heads, d)
             self.k[i, :b, :, :, col] = k
             self.v[i, :b, :, col] = v
+            q = q.reshape(b * nkv, r, d)  # scale folded in
             keys = self.k[i, :b, :, :, :end].view(b * nkv, d, end)
             vals = self.v[i, :b, :, :end].view(b * nkv, end, d)
             if self.fused:
-                o = attention_kernel.attend(q.reshape(b * nkv, r, d), keys, vals,
-                                            None if P is None else self.bias[:b * nkv], threads)
+                o = attention_kernel.attend(q, keys, vals, bias, threads)
             else:
-                s = _mm(q.reshape(b * nkv, r, d), keys)  # (b nkv, r, end); scale folded into q
-                if P is not None:
-                    s[:, :, :P] += self.bias[:b * nkv]  # left padding: prompt columns only
+                s = _mm(q, keys)  # (b nkv, r, end)
+                if bias is not None:
+                    s[:, :, :P] += bias  # left padding: prompt columns only
                 o = _mm(_softmax(s), vals)  # (b nkv, r, d)
             x = self._out(x, o.view(b, nq * d), lw)
             x = _mlp(_normed(x, self.eps), x, lw)

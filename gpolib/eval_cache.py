@@ -21,19 +21,16 @@ import json
 import os
 from pathlib import Path
 
+from . import paths
 from .identity import file_sha256, model_fingerprint, task_fingerprint
 
 EVAL_FIELDS = ("model", "task_eval", "prompt_style", "max_new_tokens", "temperature", "rollout_autocast", "backend",
                "rollout_threads", "device", "dtype", "eval_prompts", "eval_samples", "eval_seed", "lora_r",
                "lora_alpha", "train_router")
 """the TrainConfig fields the step-0 evaluation may depend on (more than it needs: a wider key only shares less)"""
-CACHE_ENV = "GPOLIB_CACHE_DIR"
-
-
 def cache_dir() -> Path:
     """Where entries live: $GPOLIB_CACHE_DIR/step0_evals, or ~/.cache/gpolib/step0_evals."""
-    root = os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "gpolib"
-    return Path(root) / "step0_evals"
+    return paths.cache_root() / "step0_evals"
 
 
 def _code_fingerprint() -> str:

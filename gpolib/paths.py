@@ -5,8 +5,11 @@ smoke and nbval runs never overwrite the committed full results.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+CACHE_ENV = "GPOLIB_CACHE_DIR"
+"""where machine-local caches live (outside the repository): step-0 evaluations, the built attention kernel"""
 PROFILES = ("smoke", "full", "gpu")
 _SUBDIR = {"full": "", "gpu": "gpu", "smoke": "smoke"}
 
@@ -14,6 +17,11 @@ _SUBDIR = {"full": "", "gpu": "gpu", "smoke": "smoke"}
 def repo_root() -> Path:
     """The directory that holds the `gpolib` package (the repository root)."""
     return Path(__file__).resolve().parent.parent
+
+
+def cache_root() -> Path:
+    """$GPOLIB_CACHE_DIR, or ~/.cache/gpolib."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "gpolib")
 
 
 def resolve(path: str | Path) -> Path:
