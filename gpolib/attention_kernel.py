@@ -5,117 +5,32 @@ the cached positions (`benchmarks/decode_attention.py`). As batched matmuls (`bm
 costs a fixed overhead that exceeds its arithmetic; the kernel does scores, padding bias, softmax and the sum of
 values in one pass per product, reading the cache once, straight from its strided views.
 
-`attend` is what `decode.Decoder.step` calls for a float32 cache on the CPU when `available()`; otherwise (no C++
-compiler, another dtype or device, GPOLIB_DECODE_KERNEL=0) the decoder keeps its torch path. The library is
-compiled with the machine's C++ compiler (`CXX`, default g++) at first use, for this CPU (-march=native), into
-`$GPOLIB_CACHE_DIR/kernels` (default ~/.cache/gpolib/kernels), under a name that hashes the source, the flags, the
-compiler's version and the CPU's flags, so a shared home on another CPU builds its own. Tested against the torch
-path and the transformers forward (tests/test_attention_kernel.py, tests/test_sampler.py).
+`attend` is what `decode.Decoder.step` calls for a float32 cache on the CPU when `available()` and the whole step
+is not fused (`step_kernel`: MoE models); otherwise (no C++ compiler, another dtype or device,
+GPOLIB_DECODE_KERNEL=0) the decoder keeps its torch path. `native` builds and loads the library. Tested against the
+torch path and the transformers forward (tests/test_attention_kernel.py, tests/test_sampler.py).
 """
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import functools
-import hashlib
-import os
-import subprocess
-import tempfile
-import warnings
-from pathlib import Path
 
 import torch
 
-from . import paths
-
-SOURCE = Path(__file__).parent / "kernels" / "decode_attention.cpp"
-FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fPIC", "-shared", "-pthread")
-ENV = "GPOLIB_DECODE_KERNEL"
-"""set to 0 to keep the decoder on its torch path (e.g. to compare the two)"""
-
-
-def enabled() -> bool:
-    """False when GPOLIB_DECODE_KERNEL is 0 / false / no / off."""
-    return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off")
-
-
-@contextlib.contextmanager
-def disabled(yes: bool = True):
-    """Within: decoders built with yes=True use their torch attention path (GPOLIB_DECODE_KERNEL=0)."""
-    if not yes:
-        yield
-        return
-    old = os.environ.get(ENV)
-    os.environ[ENV] = "0"
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ[ENV]
-        else:
-            os.environ[ENV] = old
-
-
-def _cpu_flags() -> str:
-    """The CPU's feature flags (Linux: /proc/cpuinfo), '' where unknown: -march=native code runs on this CPU only."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
-
-
-def library_path(compiler: str) -> Path:
-    """Where the built library for this source, compiler and CPU lives."""
-    version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=True).stdout
-    h = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), " ".join(FLAGS).encode(), version.encode(), _cpu_flags().encode()):
-        h.update(part)
-    return paths.cache_root() / "kernels" / f"decode_attention-{h.hexdigest()[:16]}.so"
-
-
-def build(compiler: str | None = None) -> Path:
-    """Compile the kernel unless this machine's build exists; returns the library's path. Raises on failure
-    (the compiler's message included). Written to a temporary name and renamed, so concurrent builds agree."""
-    compiler = compiler or os.environ.get("CXX", "g++")
-    path = library_path(compiler)
-    if path.exists():
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
-    os.close(fd)
-    try:
-        done = subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", tmp], capture_output=True, text=True)
-        if done.returncode:
-            raise RuntimeError(f"{compiler} could not build {SOURCE.name}:\n{done.stderr[-2000:]}")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
+from . import native
 
 
 @functools.lru_cache(maxsize=1)
-def _library():
-    """The loaded kernel, or None (warned once) when it cannot be built here."""
-    try:
-        lib = ctypes.CDLL(str(build()))  # CDLL releases the GIL during the call: row shards overlap
-    except (OSError, RuntimeError, subprocess.SubprocessError) as err:
-        warnings.warn(f"decode-attention kernel unavailable, the decoder uses its torch path: {err}", stacklevel=3)
-        return None
-    fn = lib.gpolib_decode_attention_f32
-    fn.restype = ctypes.c_int
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
-                   ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
-                   ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64]
-    return fn
+def _function():
+    """gpolib_decode_attention_f32 of the built library, or None."""
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    return native.function("gpolib_decode_attention_f32", [ptr, ptr, i64, i64, ptr, i64, i64, ptr, i64, ptr, i64, i64,
+                                                           i64, i64, i64])
 
 
 def available() -> bool:
-    """The kernel is enabled (`ENV`) and built for this machine."""
-    return enabled() and _library() is not None
+    """The kernel is enabled (`native.ENV`) and built for this machine."""
+    return native.enabled() and _function() is not None
 
 
 def usable(cache: torch.Tensor) -> bool:
@@ -146,7 +61,7 @@ def attend(q: torch.Tensor, keys: torch.Tensor, vals: torch.Tensor, bias: torch.
         bias = bias.reshape(bn, -1).contiguous()
         P = bias.shape[1]
     out = torch.empty(bn, r, d)
-    fn = _library()
+    fn = _function()
     if fn is None:
         raise RuntimeError("the decode-attention kernel is unavailable on this machine")
     code = fn(q.data_ptr(), keys.data_ptr(), keys.stride(0), keys.stride(1), vals.data_ptr(), vals.stride(0),

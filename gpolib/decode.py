@@ -10,9 +10,10 @@ position tensors rebuilt every step. `Decoder` computes with the weights of `dec
     columns of the scores only (left padding never reaches the generated columns);
   - a RoPE table for positions 0..S-1 from the model's own rotary module;
   - finished rows leave the batch through `keep` (one copy of the used columns).
-A float32 decode step's attention runs as one call per layer of the fused C++ kernel of `attention_kernel` (scores,
-padding bias, softmax and values in one pass over the cache) where it is built; otherwise, and in other dtypes,
-as bmm, softmax, bmm.
+A float32 decode step on the CPU of a dense model is one call of the C++ kernel of `step_kernel` (every layer, all
+rows); of a MoE model, the attention is one call per layer of `attention_kernel`'s (scores, padding bias, softmax
+and values in one pass over the cache), the rest torch. Where the kernels are not built, and in other dtypes or on
+other devices, the step is torch throughout (attention as bmm, softmax, bmm).
 Every equation is the model's own: RMSNorm x / sqrt(mean(x^2) + eps) in fp32 (weight in the next
 matmul); q/k head norms (Qwen3); RoPE x cos + rotate_half(x) sin; softmax(q k^T / sqrt(d) + mask) v
 with grouped KV heads; SwiGLU down(silu(gate x) * up x); MoE top-k of softmax(router x) (fp32),
@@ -31,7 +32,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from . import attention_kernel
+from . import attention_kernel, step_kernel
 from .decode_weights import SUPPORTED, Unsupported, read  # noqa: F401  (re-exported)
 
 MOE_DENSE_BELOW = 32
@@ -124,10 +125,12 @@ class Decoder:
         self.qk_eps = [None if lw["qk_eps"] is None else torch.tensor(lw["qk_eps"], dtype=self.eps.dtype, device=dev)
                        for lw in self.layers]
         shape = (len(self.layers), batch, self.n_kv)
-        self.k = torch.zeros(*shape, self.d, max_len, dtype=self.kv_dtype, device=dev)  # keys stored transposed
+        span = -(-max_len // 16) * 16  # key rows padded to 16 columns: the kernels read the last positions whole
+        self.k = torch.zeros(*shape, self.d, span, dtype=self.kv_dtype, device=dev)  # keys stored transposed
         self.v = torch.zeros(*shape, max_len, self.d, dtype=self.kv_dtype, device=dev)
         self.bias = None  # (B nkv, 1, P): -inf on left padding, set by prefill; None: no padding
         self.fused = attention_kernel.usable(self.k)  # a step's attention in one kernel call per layer
+        self.fused_step = step_kernel.for_weights(w) if self.fused and step_kernel.supports(w) else None  # or all of it
 
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """Left-padded prompts (b, P) -> next-token logits (b, V); fills cache columns 0..P-1."""
@@ -176,11 +179,13 @@ class Decoder:
     def step(self, tok: torch.Tensor, pos: torch.Tensor, col: int) -> torch.Tensor:
         """Tokens (b,) at positions pos (b,), written to cache column col -> next-token logits (b, V)."""
         b, end = tok.shape[0], col + 1
+        threads = torch.get_num_threads() if self.fused else 1
+        if self.fused_step is not None:
+            return self.fused_step(tok, pos, col, self.k, self.v, self.bias, threads)
         nq, nkv, d, r = self.n_q, self.n_kv, self.d, self.n_q // self.n_kv
         cos, sin = F.embedding(pos, self.cos).unsqueeze(1), F.embedding(pos, self.sin).unsqueeze(1)  # (b, 1, d)
         P = None if self.bias is None else self.bias.shape[-1]
         bias = None if self.bias is None else self.bias[:b * nkv]  # (b nkv, 1, P)
-        threads = torch.get_num_threads() if self.fused else 1
         x = F.embedding(tok, self.embed)  # (b, H)
         for i, lw in enumerate(self.layers):
             q, k, v = self._qkv(_normed(x, self.eps), i, lw, cos, sin, (b,))  # (b, heads, d)

@@ -4,7 +4,7 @@ import copy
 import pytest
 import torch
 
-from gpolib import attention_kernel
+from gpolib import attention_kernel, native, step_kernel
 from gpolib.decode import Decoder, read
 from gpolib.models import load_policy
 
@@ -95,9 +95,9 @@ def _greedy_logits(weights, tok, fused: bool, steps: int = 12) -> torch.Tensor:
     ids = torch.tensor([[tok.pad_token_id] * 3 + [5, 6, 7, 8], [9, 10, 11, 12, 13, 14, 15]])
     mask = (ids != tok.pad_token_id).long()
     pos = (mask.cumsum(1) - 1).clamp(min=0)
-    with attention_kernel.disabled(not fused), torch.inference_mode():
-        dec = Decoder(weights, 2, 64)
-        assert dec.fused is (fused and weights["head"].dtype == torch.float32)
+    with native.disabled(not fused), native.disabled(True, step_kernel.ENV), torch.inference_mode():
+        dec = Decoder(weights, 2, 64)  # the per-layer step (the whole-step kernel off), attention fused or not
+        assert dec.fused is (fused and weights["head"].dtype == torch.float32) and dec.fused_step is None
         logits = [dec.prefill(ids, mask, pos)]
         nxt, p = logits[0].argmax(-1), pos[:, -1] + 1
         for t in range(steps):
@@ -129,9 +129,9 @@ def test_float64_and_reduced_precision_decoders_keep_the_torch_path(policy):
 
 def test_the_library_is_built_once_per_source_and_cpu(tmp_path, monkeypatch):
     monkeypatch.setenv("GPOLIB_CACHE_DIR", str(tmp_path))
-    first = attention_kernel.build()
+    first = native.build()
     assert first.parent == tmp_path / "kernels" and first.exists()
     mtime = first.stat().st_mtime_ns
-    assert attention_kernel.build() == first and first.stat().st_mtime_ns == mtime  # reused, not rebuilt
-    monkeypatch.setattr(attention_kernel, "_cpu_flags", lambda: "another cpu")
-    assert attention_kernel.library_path("g++") != first  # -march=native code for another CPU: its own build
+    assert native.build() == first and first.stat().st_mtime_ns == mtime  # reused, not rebuilt
+    monkeypatch.setattr(native, "_cpu_flags", lambda: "another cpu")
+    assert native.library_path("g++") != first  # -march=native code for another CPU: its own build

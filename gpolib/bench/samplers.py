@@ -10,8 +10,9 @@ Configurations (`gpolib.sampler.sample(engine=..., plan=...)`), with n = the pro
   decoder       `gpolib.decode.Decoder` (preallocated KV cache, fused projections, LoRA folded in) with
                 the plan measured by `gpolib.sampling_plan` among the three below: the new default;
   decoder WxT   the decoder with W row shards of T threads each (1x1, 1xn, nx1);
-  decoder WxT, torch attention   the same without the fused decode-attention kernel
-                (`gpolib.attention_kernel`: bmm, softmax, bmm), listed where the kernel is built;
+  decoder WxT, per layer   the same without the whole-step kernel (`gpolib.step_kernel`): torch per layer,
+                attention by the fused kernel (`gpolib.attention_kernel`), listed where the kernels are built;
+  decoder WxT, torch   without either kernel: torch throughout (attention as bmm, softmax, bmm);
   generate@1    `transformers.generate` (optional).
 Repeats are interleaved (hf@1, hf@n, decoder, ..., hf@1, ...) so that load from other jobs falls on all;
 each repeat uses its own sampling seed, the same for every configuration (with an EOS the lengths still
@@ -28,7 +29,7 @@ import time
 
 import torch
 
-from .. import attention_kernel
+from .. import attention_kernel, native, step_kernel
 from ..sampler import sample
 
 
@@ -66,18 +67,19 @@ def _lengths(c: torch.Tensor, eos: int) -> torch.Tensor:
 
 
 def configurations(n: int, with_generate: bool) -> dict:
-    """name -> (engine, torch threads, decoder plan[, attention]): today's default first, then the new default.
-    "torch attention": the decoder with its torch attention path instead of the fused kernel
-    (`gpolib.attention_kernel`), where the kernel is available."""
+    """name -> (engine, torch threads, decoder plan[, kernels]): today's default first, then the new default.
+    kernels "per layer": without the whole-step kernel (`gpolib.step_kernel`); "torch": without any (where the
+    kernels are available)."""
     out = {"hf@1": ("hf", 1, None), f"hf@{n}": ("hf", n, None), "decoder": ("decoder", n, None),
            "decoder 1x1": ("decoder", 1, (1, 1)), f"decoder 1x{n}": ("decoder", n, (1, n)),
            f"decoder {n}x1": ("decoder", n, (n, 1))}
     if n == 1:
         out = {k: out[k] for k in ("hf@1", "decoder")}
     if attention_kernel.available():
-        out["decoder 1x1, torch attention"] = ("decoder", 1, (1, 1), "torch")
-        if n > 1:
-            out[f"decoder {n}x1, torch attention"] = ("decoder", n, (n, 1), "torch")
+        for kernels in ("per layer", "torch"):
+            out[f"decoder 1x1, {kernels}"] = ("decoder", 1, (1, 1), kernels)
+            if n > 1:
+                out[f"decoder {n}x1, {kernels}"] = ("decoder", n, (n, 1), kernels)
     if with_generate:
         out["generate@1"] = ("generate", 1, None)
     return out
@@ -93,7 +95,9 @@ def run_engine(model, tok, ids, mask, conf: tuple, T: int, eos: int, seed: int, 
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
     t0, c0 = time.perf_counter(), time.process_time()
-    with autocast_ctx(autocast, ids.device), attention_kernel.disabled(len(conf) > 3 and conf[3] == "torch"):
+    kernels = conf[3] if len(conf) > 3 else "all"
+    with autocast_ctx(autocast, ids.device), native.disabled(kernels == "torch"), \
+            native.disabled(kernels == "per layer", step_kernel.ENV):
         c = _sample(model, tok, ids, mask, engine, plan, T, eos)
     lengths = _lengths(c, eos)
     return {"s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0, "tokens": int(lengths.sum()),

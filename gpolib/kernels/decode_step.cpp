@@ -1,0 +1,206 @@
+// One whole decode step of a dense Qwen3 / Qwen2 model in one call, for gpolib.decode.Decoder.step (gpolib/
+// step_kernel.py packs the weights and calls it through ctypes; gpolib/attention_kernel.py builds it).
+//
+// Per row (a token at its position, written to cache column `col`) and per layer, as decode.py's torch path:
+//     h    = x / sqrt(mean(x^2) + eps)                              (input norm; its weight is in W_qkv)
+//     qkv  = h W_qkv [+ b_qkv]                                       (q, k, v heads side by side)
+//     q, k = RoPE(headnorm(q), pos), RoPE(headnorm(k), pos)           (head norm with weight; Qwen3 only)
+//     K[:, col], V[col] = k, v                                       (the cache, in place)
+//     o    = softmax(q K^T + padding bias) V                         (attention.h; scale folded into q)
+//     x   += o W_o [+ b_o]
+//     h    = x / sqrt(mean(x^2) + eps);  x += (silu(h W_gate) * (h W_up)) W_down
+// then logits = (x / sqrt(mean(x^2) + eps)) W_head. The matrices come packed (`gemm`), LoRA and the norm
+// weights folded in by gpolib/decode_weights.py.
+//
+// Rows are independent: the batch is split into n_threads contiguous parts, each run through every layer on its
+// own thread with its own scratch, no synchronisation between them (the calling thread takes the first part).
+#include "attention.h"
+
+namespace {
+
+// C (m, n_p) [+]= A (m, k) B for B packed as n_p / NR panels of (k, NR) (columns zero-padded to a multiple of
+// NR): micro-kernels of MR <= 8 rows x 32 columns held in 16 vector accumulators, each B panel row read once per
+// MR rows. A's rows have stride lda, C's ldc.
+constexpr int NR = 2 * W;
+
+template <int MR>
+void micro(const float* __restrict a, int64_t lda, const float* __restrict bp, int64_t k, float* __restrict c,
+           int64_t ldc, bool accumulate) {
+    vec16 c0[MR], c1[MR];
+    for (int i = 0; i < MR; ++i) c0[i] = c1[i] = vec16{};
+    for (int64_t p = 0; p < k; ++p) {
+        const vec16 b0 = load16(bp + p * NR), b1 = load16(bp + p * NR + W);
+        for (int i = 0; i < MR; ++i) {
+            const float ai = a[i * lda + p];
+            c0[i] += ai * b0;
+            c1[i] += ai * b1;
+        }
+    }
+    for (int i = 0; i < MR; ++i) {
+        float* ci = c + i * ldc;
+        if (accumulate) {
+            c0[i] += load16(ci);
+            c1[i] += load16(ci + W);
+        }
+        store16(ci, c0[i]);
+        store16(ci + W, c1[i]);
+    }
+}
+
+using Micro = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t, bool);
+constexpr Micro MICRO[9] = {nullptr, micro<1>, micro<2>, micro<3>, micro<4>, micro<5>, micro<6>, micro<7>, micro<8>};
+
+void gemm(const float* a, int64_t lda, int64_t m, int64_t k, const float* bp, int64_t n_p, float* c, int64_t ldc,
+          bool accumulate) {
+    for (int64_t j = 0; j < n_p; j += NR) {
+        const float* panel = bp + j * k;
+        for (int64_t i = 0; i < m; i += 8) {
+            const int64_t rows = m - i < 8 ? m - i : 8;
+            MICRO[rows](a + i * lda, lda, panel, k, c + i * ldc + j, ldc, accumulate);
+        }
+    }
+}
+
+// out[i] = x[i] / sqrt(mean(x[i]^2) + eps) for m rows of n (strides ld).
+void rms_norm(const float* __restrict x, int64_t m, int64_t n, int64_t ld, float eps, float* __restrict out) {
+    for (int64_t i = 0; i < m; ++i) {
+        const float* xi = x + i * ld;
+        float ss = 0.0f;
+        for (int64_t c = 0; c < n; ++c) ss += xi[c] * xi[c];
+        const float r = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
+        float* oi = out + i * ld;
+        for (int64_t c = 0; c < n; ++c) oi[c] = xi[c] * r;
+    }
+}
+
+// silu(x) = x sigmoid(x), sigmoid from e = exp(-|x|) <= 1: 1 / (1 + e) for x >= 0, e / (1 + e) below.
+inline float silu(float x) {
+    const float e = exp_nonpositive(x < 0.0f ? x : -x);
+    return x * ((x < 0.0f ? e : 1.0f) / (1.0f + e));
+}
+
+// The sizes and weights of a model, as gpolib/step_kernel.py lays them out (see `gpolib_decode_step_f32`).
+struct Model {
+    int64_t layers, H, Hp, nq, nkv, d, I, Ip, V, Vp, qkv_p, vocab, S;
+    float eps;
+    const float* embed;  // (vocab, H)
+    const float* cos;    // (S, d)
+    const float* sin;    // (S, d), signed: rotate_half(x) sin = roll(x, d/2) * sin
+    const float* head;   // packed (H, Vp)
+    const int64_t* w;    // per layer: w_qkv, b_qkv, head_norm, w_o, b_o, w_gu, w_down (addresses; 0 = none)
+    const float* qk_eps; // per layer
+};
+
+struct Cache {
+    float* k;  // K[l][b][h][c][t] at k + l kl + b kb + h kh + c kc + t
+    int64_t kl, kb, kh, kc, span;  // span: the columns allocated per key row (readable past the used ones)
+    float* v;  // V[l][b][h][t][c] at v + l vl + b vb + h vh + t vt + c
+    int64_t vl, vb, vh, vt;
+    const float* bias;  // (B nkv, P) or null
+    int64_t P;
+};
+
+const float* ptr(const Model& m, int64_t layer, int which) {
+    return reinterpret_cast<const float*>(m.w[layer * 7 + which]);
+}
+
+// Head norm (with its weight) and RoPE of one head of d channels, from `in` to `out` (may alias; tmp: d floats).
+void norm_rope(const float* in, const float* weight, float eps, const float* cos, const float* sin, int64_t d,
+               float* tmp, float* out, int64_t out_stride) {
+    if (weight != nullptr) {
+        float ss = 0.0f;
+        for (int64_t c = 0; c < d; ++c) ss += in[c] * in[c];
+        const float r = 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
+        for (int64_t c = 0; c < d; ++c) tmp[c] = in[c] * r * weight[c];
+    } else {
+        for (int64_t c = 0; c < d; ++c) tmp[c] = in[c];
+    }
+    const int64_t half = d / 2;
+    for (int64_t c = 0; c < d; ++c) out[c * out_stride] = tmp[c] * cos[c] + tmp[c < half ? c + half : c - half] * sin[c];
+}
+
+// Rows [first, last) of the batch through the whole model -> logits rows of `out` (stride Vp).
+void rows_step(const Model& m, const Cache& cache, const int64_t* tok, const int64_t* pos, int64_t col,
+               int64_t first, int64_t last, float* out) {
+    const int64_t n = last - first, r = m.nq / m.nkv, end = col + 1, nqd = m.nq * m.d;
+    std::vector<float> x(n * m.Hp, 0.0f), h(n * m.Hp, 0.0f), qkv(n * m.qkv_p), o(n * nqd), g(n * 2 * m.Ip),
+        a(n * m.Ip), s(r * end), tmp(m.d);
+    for (int64_t i = 0; i < n; ++i) std::memcpy(&x[i * m.Hp], m.embed + tok[first + i] * m.H, m.H * sizeof(float));
+    const Product fixed = fixed_for(r, m.d);
+    for (int64_t l = 0; l < m.layers; ++l) {
+        const float *w_qkv = ptr(m, l, 0), *b_qkv = ptr(m, l, 1), *hn = ptr(m, l, 2), *w_o = ptr(m, l, 3),
+                    *b_o = ptr(m, l, 4), *w_gu = ptr(m, l, 5), *w_down = ptr(m, l, 6);
+        rms_norm(x.data(), n, m.H, m.Hp, m.eps, h.data());
+        gemm(h.data(), m.Hp, n, m.H, w_qkv, m.qkv_p, qkv.data(), m.qkv_p, false);
+        for (int64_t i = 0; i < n; ++i) {
+            const int64_t b = first + i;
+            float* row = &qkv[i * m.qkv_p];
+            if (b_qkv != nullptr)
+                for (int64_t c = 0; c < (m.nq + 2 * m.nkv) * m.d; ++c) row[c] += b_qkv[c];
+            const float *cs = m.cos + pos[b] * m.d, *sn = m.sin + pos[b] * m.d;
+            for (int64_t hd = 0; hd < m.nq; ++hd)  // query heads, in place
+                norm_rope(row + hd * m.d, hn == nullptr ? nullptr : hn + hd * m.d, m.qk_eps[l], cs, sn, m.d,
+                          tmp.data(), row + hd * m.d, 1);
+            for (int64_t hd = 0; hd < m.nkv; ++hd) {  // key heads into cache column col; values into row col
+                norm_rope(row + (m.nq + hd) * m.d, hn == nullptr ? nullptr : hn + (m.nq + hd) * m.d, m.qk_eps[l], cs,
+                          sn, m.d, tmp.data(), cache.k + l * cache.kl + b * cache.kb + hd * cache.kh + col,
+                          cache.kc);
+                std::memcpy(cache.v + l * cache.vl + b * cache.vb + hd * cache.vh + col * cache.vt,
+                            row + (m.nq + m.nkv + hd) * m.d, m.d * sizeof(float));
+            }
+            for (int64_t hd = 0; hd < m.nkv; ++hd)
+                product(fixed, row + hd * r * m.d, cache.k + l * cache.kl + b * cache.kb + hd * cache.kh, cache.kc,
+                        cache.span, cache.v + l * cache.vl + b * cache.vb + hd * cache.vh, cache.vt,
+                        cache.bias == nullptr ? nullptr : cache.bias + (b * m.nkv + hd) * cache.P, cache.P,
+                        &o[i * nqd + hd * r * m.d], r, m.d, end, s.data());
+        }
+        gemm(o.data(), nqd, n, nqd, w_o, m.Hp, x.data(), m.Hp, true);
+        if (b_o != nullptr)
+            for (int64_t i = 0; i < n; ++i)
+                for (int64_t c = 0; c < m.H; ++c) x[i * m.Hp + c] += b_o[c];
+        rms_norm(x.data(), n, m.H, m.Hp, m.eps, h.data());
+        gemm(h.data(), m.Hp, n, m.H, w_gu, 2 * m.Ip, g.data(), 2 * m.Ip, false);
+        for (int64_t i = 0; i < n; ++i) {
+            const float* gi = &g[i * 2 * m.Ip];
+            float* ai = &a[i * m.Ip];
+            for (int64_t c = 0; c < m.Ip; ++c) ai[c] = silu(gi[c]) * gi[m.Ip + c];
+        }
+        gemm(a.data(), m.Ip, n, m.I, w_down, m.Hp, x.data(), m.Hp, true);
+    }
+    rms_norm(x.data(), n, m.H, m.Hp, m.eps, h.data());
+    gemm(h.data(), m.Hp, n, m.H, m.head, m.Vp, out + first * m.Vp, m.Vp, false);
+}
+
+}  // namespace
+
+extern "C" {
+
+// One decode step for b rows. dims: layers, H, Hp, nq, nkv, d, I, Ip, V, Vp, qkv_p (padded widths: multiples of
+// 32), vocab (rows of embed), S (rows of cos / sin); eps; embed (vocab, H); cos, sin (S, d); head packed; w (layers x 7 addresses, see Model); qk_eps (layers);
+// tok, pos (b,); the cache (pointers and strides as Cache, the t / c strides 1; k_strides = kl, kb, kh, kc and the
+// key rows' allocated columns, v_strides = vl, vb, vh, vt); bias (b nkv, P) or null; out (b, Vp). Returns 0, 1 on invalid sizes, 2 on a token
+// outside the vocabulary or a position outside the RoPE table (nothing computed).
+int gpolib_decode_step_f32(const int64_t* dims, float eps, const float* embed, const float* cos, const float* sin,
+                           const float* head, const int64_t* w, const float* qk_eps, const int64_t* tok,
+                           const int64_t* pos, int64_t b, int64_t col, float* k, const int64_t* k_strides, float* v,
+                           const int64_t* v_strides, const float* bias, int64_t P, float* out, int64_t n_threads) {
+    const Model m{dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6], dims[7], dims[8], dims[9], dims[10],
+                  dims[11], dims[12], eps, embed, cos, sin, head, w, qk_eps};
+    const Cache cache{k, k_strides[0], k_strides[1], k_strides[2], k_strides[3], k_strides[4],
+                      v, v_strides[0], v_strides[1], v_strides[2], v_strides[3], bias, P};
+    if (b <= 0 || col < 0 || col >= cache.span || P < 0 || P > col + 1 || n_threads < 1 || m.nkv <= 0 ||
+        m.nq % m.nkv != 0 || m.d % 2 != 0 || m.Hp % NR != 0 || m.Ip % NR != 0 || m.Vp % NR != 0 ||
+        m.qkv_p % NR != 0 || m.Hp < m.H || m.Ip < m.I || m.Vp < m.V || m.qkv_p < (m.nq + 2 * m.nkv) * m.d)
+        return 1;
+    for (int64_t i = 0; i < b; ++i)
+        if (tok[i] < 0 || tok[i] >= m.vocab || pos[i] < 0 || pos[i] >= m.S) return 2;
+    const int64_t n = n_threads < b ? n_threads : b;
+    std::vector<std::thread> others;
+    for (int64_t i = 1; i < n; ++i)
+        others.emplace_back(rows_step, std::cref(m), std::cref(cache), tok, pos, col, b * i / n, b * (i + 1) / n, out);
+    rows_step(m, cache, tok, pos, col, 0, b / n, out);
+    for (auto& th : others) th.join();
+    return 0;
+}
+
+}  // extern "C"

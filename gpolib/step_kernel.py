@@ -1,0 +1,133 @@
+"""A whole decode step of a dense model in one C++ call: `kernels/decode_step.cpp`, through ctypes.
+
+With the attention fused (`attention_kernel`), a float32 decode step of the embedded model was still ~30 torch
+calls per layer: small matmuls at half the CPU's peak and ~100 elementwise ops per step (norms, head norms,
+RoPE, cache writes, SiLU), each paying a fixed dispatch cost, under the GIL that the sampler's row shards share.
+`FusedStep` runs embedding, every layer and the LM head for all rows in one call (the GIL released): its own
+register-blocked matmuls on weights packed here once per read (`pack`), the same equations as `decode.Decoder`'s
+torch path (see the source's header), the rows split over `threads` with no barrier between layers.
+
+Served: dense Qwen3 / Qwen2 weights (`decode_weights.read`) in float32 on the CPU, where `native` built the library;
+MoE models, other dtypes and devices keep the per-layer path. Tested against that path, the float64 decoder and the
+transformers forward (tests/test_step_kernel.py, tests/test_sampler.py).
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import threading
+
+import torch
+
+from . import native
+
+ENV = "GPOLIB_STEP_KERNEL"
+"""set to 0 to turn this kernel off alone: the decoder then runs a step per layer with the attention kernel
+(native.ENV = 0 turns both off)"""
+NR = 32
+"""the kernel's panel width: packed matrices have their columns zero-padded to a multiple of this"""
+_PACKING = threading.Lock()
+
+
+def padded(n: int) -> int:
+    """n rounded up to a multiple of NR."""
+    return -(-n // NR) * NR
+
+
+def pack(w: torch.Tensor) -> torch.Tensor:
+    """(k, n) -> the kernel's layout: panels of NR columns, (n_p / NR, k, NR), columns zero-padded to n_p = padded(n)."""
+    k, n = w.shape
+    out = torch.zeros(k, padded(n), dtype=torch.float32)
+    out[:, :n] = w
+    return out.view(k, -1, NR).transpose(0, 1).contiguous()
+
+
+def _pack_gate_up(w_gu: torch.Tensor) -> torch.Tensor:
+    """[gate | up] (H, 2I) -> packed (H, 2 Ip) with gate in columns [0, I) and up in [Ip, Ip + I)."""
+    I = w_gu.shape[1] // 2
+    Ip = padded(I)
+    both = torch.zeros(w_gu.shape[0], 2 * Ip, dtype=torch.float32)
+    both[:, :I], both[:, Ip:Ip + I] = w_gu[:, :I], w_gu[:, I:]
+    return pack(both)
+
+
+@functools.lru_cache(maxsize=1)
+def _function():
+    """gpolib_decode_step_f32 of the built library, or None."""
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    return native.function("gpolib_decode_step_f32", [ptr, ctypes.c_float, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, i64,
+                                                      i64, ptr, ptr, ptr, ptr, ptr, i64, ptr, i64])
+
+
+def available() -> bool:
+    """The kernel is enabled (`native.ENV` and `ENV`) and built for this machine."""
+    return native.enabled() and native.enabled(ENV) and _function() is not None
+
+
+def supports(weights: dict) -> bool:
+    """The weights are a dense model's (no MoE layer) in float32 on the CPU, and the kernel is available."""
+    mats = [weights["embed"], weights["head"]] + [lw[k] for lw in weights["layers"] for k in ("w_qkv", "w_o")]
+    return (all(t.dtype == torch.float32 and t.device.type == "cpu" for t in mats) and weights["d"] % 2 == 0
+            and all("w_gu" in lw for lw in weights["layers"]) and available())
+
+
+def for_weights(weights: dict) -> "FusedStep":
+    """The FusedStep of these weights, packed once and kept in the dict (row shards share one read)."""
+    with _PACKING:
+        if "fused_step" not in weights:
+            weights["fused_step"] = FusedStep(weights)
+        return weights["fused_step"]
+
+
+class FusedStep:
+    """Dense float32 weights packed for `kernels/decode_step.cpp`, and the call of one decode step."""
+
+    def __init__(self, weights: dict):
+        if not supports(weights):
+            raise ValueError("the fused step takes a dense model's float32 CPU weights, with the kernel built")
+        layers = weights["layers"]
+        H, V = weights["head"].shape
+        nq, nkv, d = weights["n_q"], weights["n_kv"], weights["d"]
+        I = layers[0]["w_down"].shape[0]
+        self.V = V
+        self.dims = torch.tensor([len(layers), H, padded(H), nq, nkv, d, I, padded(I), V, padded(V),
+                                  padded((nq + 2 * nkv) * d), weights["embed"].shape[0], weights["cos"].shape[0]],
+                                 dtype=torch.int64)
+        self.eps = float(weights["eps"])
+        self.embed, self.cos, self.sin = (weights[k].contiguous() for k in ("embed", "cos", "sin"))
+        self.head = pack(weights["head"])
+        self.keep = []  # every tensor whose address the kernel reads
+        addresses = []
+        for lw in layers:
+            ts = [pack(lw["w_qkv"]), lw["b_qkv"], lw["qk_norm"], pack(lw["w_o"]), lw["b_o"],
+                  _pack_gate_up(lw["w_gu"]), pack(lw["w_down"])]
+            ts = [None if t is None else t.contiguous() for t in ts]
+            self.keep += [t for t in ts if t is not None]
+            addresses += [0 if t is None else t.data_ptr() for t in ts]
+        self.addresses = torch.tensor(addresses, dtype=torch.int64)  # (layers x 7)
+        self.qk_eps = torch.tensor([lw["qk_eps"] or 0.0 for lw in layers], dtype=torch.float32)
+
+    def __call__(self, tok: torch.Tensor, pos: torch.Tensor, col: int, k: torch.Tensor, v: torch.Tensor,
+                 bias: torch.Tensor | None, threads: int = 1) -> torch.Tensor:
+        """Tokens (b,) at positions pos (b,), written to cache column col of the first b rows of the caches
+        k (L, B, nkv, d, S) and v (L, B, nkv, S, d); bias (B nkv, 1, P) or None -> next-token logits (b, V)."""
+        b = tok.shape[0]
+        if k.stride(-1) != 1 or v.stride(-1) != 1 or k.dtype != torch.float32 or v.dtype != torch.float32:
+            raise ValueError("the caches must be float32 with unit stride in their last dim")
+        if not 0 <= col < k.shape[-1] or b > k.shape[1]:
+            raise ValueError(f"column {col} or {b} rows outside the cache {tuple(k.shape)}")
+        tok, pos = tok.contiguous(), pos.contiguous()
+        out = torch.empty(b, int(self.dims[9]))
+        ks, vs = torch.tensor([*k.stride()[:4], k.shape[-1]]), torch.tensor(v.stride()[:4])
+        P = 0 if bias is None else bias.shape[-1]
+        code = _function()(self.dims.data_ptr(), self.eps, self.embed.data_ptr(), self.cos.data_ptr(),
+                           self.sin.data_ptr(), self.head.data_ptr(), self.addresses.data_ptr(),
+                           self.qk_eps.data_ptr(), tok.data_ptr(), pos.data_ptr(), b, col, k.data_ptr(), ks.data_ptr(),
+                           v.data_ptr(), vs.data_ptr(), None if bias is None else bias.data_ptr(), P, out.data_ptr(),
+                           threads)
+        if code == 2:
+            raise ValueError(f"a token outside the vocabulary ({int(self.dims[11])}) or a position outside the RoPE "
+                             f"table ({int(self.dims[12])}): tok {tok.tolist()}, pos {pos.tolist()}")
+        if code:
+            raise ValueError(f"decode-step kernel refused sizes b={b} col={col} P={P} dims={self.dims.tolist()}")
+        return out[:, :self.V]

@@ -1,0 +1,136 @@
+"""gpolib.step_kernel: a whole dense decode step in one C++ call, against the decoder's torch path and float64."""
+import copy
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, Qwen2Config, Qwen3Config
+
+from gpolib import native, step_kernel
+from gpolib.decode import Decoder, read
+from gpolib.runtime import cpu_threads
+
+VOCAB = 99
+
+
+def _model(kind: str):
+    """A random dense model, float32, peaky enough for distinct greedy choices:
+    'qwen3': the embedded shape (H 128, 4 heads over 2 KV heads of 32, I 344);
+    'odd': sizes off every compiled path (H 72, I 100, 3 heads over 1 KV head of 24, vocab 99: padded widths,
+           the generic attention product);
+    'qwen2': biases on q, k, v, no head norms."""
+    torch.manual_seed(0)
+    common = dict(vocab_size=VOCAB, num_hidden_layers=2, max_position_embeddings=128, tie_word_embeddings=True,
+                  pad_token_id=0, eos_token_id=1, bos_token_id=None, initializer_range=0.1)
+    if kind == "qwen3":
+        cfg = Qwen3Config(hidden_size=128, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                          intermediate_size=344, **common)
+    elif kind == "odd":
+        cfg = Qwen3Config(hidden_size=72, num_attention_heads=3, num_key_value_heads=1, head_dim=24,
+                          intermediate_size=100, **common)
+    else:
+        cfg = Qwen2Config(hidden_size=128, num_attention_heads=4, num_key_value_heads=2, intermediate_size=256,
+                          **common)
+    model = AutoModelForCausalLM.from_config(cfg).eval()
+    if kind == "qwen2":
+        for layer in model.model.layers:  # non-zero q/k/v biases
+            for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                torch.nn.init.normal_(proj.bias, std=0.1)
+    return model
+
+
+PROMPTS = torch.tensor([[0, 0, 0, 5, 6, 7, 8], [9, 10, 11, 12, 13, 14, 15], [0, 0, 0, 0, 0, 0, 21]])  # left-padded
+
+
+def _greedy(weights, steps: int = 20, fused: bool = True, threads: int = 1):
+    """Logits (steps + 1, 3, V) of a greedy decode of PROMPTS (the argmax fed back), and the decoder."""
+    mask = (PROMPTS != 0).long()
+    pos = (mask.cumsum(1) - 1).clamp(min=0)
+    with native.disabled(not fused), torch.inference_mode():
+        dec = Decoder(weights, 3, PROMPTS.shape[1] + steps)
+        logits = [dec.prefill(PROMPTS, mask, pos)]
+        nxt, p = logits[0].argmax(-1), pos[:, -1] + 1
+        for t in range(steps):
+            with cpu_threads(threads):  # the steps' threads (the prefill's matmuls stay as they are)
+                logits.append(dec.step(nxt, p + t, PROMPTS.shape[1] + t))
+            nxt = logits[-1].argmax(-1)
+    return torch.stack(logits), dec
+
+
+@pytest.mark.parametrize("kind", ["qwen3", "odd", "qwen2"])
+def test_fused_step_is_as_close_to_float64_as_the_torch_path(kind):
+    """The fused step serves float32 dense models; over 20 greedy steps (left padding included) its logits leave
+    the float64 decoder's (equal to the transformers forward, tests/test_sampler.py) by no more than twice the
+    torch path's float32 error, pick the same tokens, and leave the same keys and values in the cache."""
+    model = _model(kind)
+    fused, dec_f = _greedy(read(model, 64))
+    plain, dec_p = _greedy(read(model, 64), fused=False)
+    exact, _ = _greedy(read(copy.deepcopy(model).double(), 64), fused=False)
+    assert dec_f.fused_step is not None and dec_p.fused_step is None
+    err_fused, err_plain = (fused - exact.float()).abs().max(), (plain - exact.float()).abs().max()
+    assert 0 < err_plain < 1e-4 and err_fused < 2 * err_plain, (err_fused, err_plain)
+    assert torch.equal(fused.argmax(-1), exact.argmax(-1))
+    end = PROMPTS.shape[1] + 20 - 1  # the last step's token is fed, not written
+    assert torch.allclose(dec_f.k[..., :end], dec_p.k[..., :end], atol=1e-5)
+    assert torch.allclose(dec_f.v[:, :, :, :end], dec_p.v[:, :, :, :end], atol=1e-5)
+
+
+def test_threads_split_rows_without_changing_a_bit():
+    """Each row runs on one thread through every layer: the split changes no arithmetic."""
+    one, _ = _greedy(read(_model("qwen3"), 64), threads=1)
+    three, _ = _greedy(read(_model("qwen3"), 64), threads=3)
+    assert torch.equal(one, three)
+
+
+def test_pack_lays_columns_out_in_zero_padded_panels():
+    """pack: (k, n) -> (n_p / 32, k, 32), panel j holding columns 32 j .. 32 j + 31, zeros past n."""
+    w = torch.arange(3 * 40, dtype=torch.float32).view(3, 40)
+    p = step_kernel.pack(w)
+    assert p.shape == (2, 3, 32) and p.is_contiguous()
+    assert p[0, 2, 5] == w[2, 5] and p[1, 1, 7] == w[1, 39] and p[1, 1, 8:].abs().sum() == 0
+    assert step_kernel.padded(32) == 32 and step_kernel.padded(33) == 64 and step_kernel.padded(1) == 32
+
+
+def test_gate_and_up_are_padded_separately():
+    """[gate | up] with I = 3: gate in packed columns 0..2, up in 32..34, zeros elsewhere (silu(0) 0 = 0)."""
+    w = torch.arange(2 * 6, dtype=torch.float32).view(2, 6) + 1
+    p = step_kernel._pack_gate_up(w)  # (2 panels, 2, 32)
+    flat = p.transpose(0, 1).reshape(2, 64)
+    assert torch.equal(flat[:, :3], w[:, :3]) and torch.equal(flat[:, 32:35], w[:, 3:])
+    assert flat[:, 3:32].abs().sum() == 0 and flat[:, 35:].abs().sum() == 0
+
+
+def test_only_dense_float32_cpu_weights_are_served():
+    model = _model("qwen3")
+    assert step_kernel.supports(read(model, 32))
+    assert not step_kernel.supports(read(copy.deepcopy(model).double(), 32))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not step_kernel.supports(read(model, 32))
+    w = read(model, 32)
+    moe_like = {**w, "layers": [{k: v for k, v in lw.items() if k != "w_gu"} for lw in w["layers"]]}
+    assert not step_kernel.supports(moe_like)
+    with native.disabled():
+        assert not step_kernel.supports(w) and Decoder(w, 2, 32).fused_step is None
+    with pytest.raises(ValueError, match="dense model's float32"):
+        step_kernel.FusedStep(read(copy.deepcopy(model).double(), 32))
+
+
+def test_packed_once_per_read_and_shared():
+    w = read(_model("qwen3"), 32)
+    assert Decoder(w, 2, 32).fused_step is Decoder(w, 3, 32).fused_step
+
+
+def test_invalid_tokens_positions_and_columns_are_refused():
+    w = read(_model("qwen3"), 32)
+    dec = Decoder(w, 2, 32)
+    with torch.inference_mode():
+        dec.prefill(PROMPTS[:2], (PROMPTS[:2] != 0).long(), torch.zeros(2, 7, dtype=torch.long))
+        ok = dict(pos=torch.tensor([7, 7]), col=7)
+        assert dec.step(torch.tensor([3, 4]), **ok).shape == (2, VOCAB)
+        with pytest.raises(ValueError, match="outside the vocabulary"):
+            dec.step(torch.tensor([3, VOCAB]), **ok)
+        with pytest.raises(ValueError, match="RoPE table"):
+            dec.step(torch.tensor([3, 4]), torch.tensor([7, 32]), 7)
+        with pytest.raises(ValueError, match="outside the cache"):
+            dec.step(torch.tensor([3, 4]), torch.tensor([7, 7]), dec.k.shape[-1])
+        with pytest.raises(ValueError, match="outside the cache"):
+            dec.fused_step(torch.tensor([3, 4, 5]), torch.tensor([7, 7, 7]), 7, dec.k, dec.v, None)
