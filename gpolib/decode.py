@@ -114,8 +114,9 @@ class Decoder:
     one column per new token), so every row writes the same column at each step.
     """
 
-    def __init__(self, source, batch: int, max_len: int):
-        """source: a model, or its weights read by `decode_weights.read(model, max_len)` (shared by shards)."""
+    def __init__(self, source, batch: int, max_len: int, threads: int = 0):
+        """source: a model, or its weights read by `decode_weights.read(model, max_len)` (shared by shards).
+        threads: the kernels' threads per step (0: torch's setting at each step)."""
         w = source if isinstance(source, dict) else read(source, max_len)
         self.embed, self.head, self.layers = w["embed"], w["head"], w["layers"]
         self.cos, self.sin, self.d, self.n_q, self.n_kv = w["cos"], w["sin"], w["d"], w["n_q"], w["n_kv"]
@@ -131,6 +132,7 @@ class Decoder:
         self.bias = None  # (B nkv, 1, P): -inf on left padding, set by prefill; None: no padding
         self.fused = attention_kernel.usable(self.k)  # a step's attention in one kernel call per layer
         self.fused_step = step_kernel.for_weights(w) if self.fused and step_kernel.supports(w) else None  # or all of it
+        self.threads = threads
 
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """Left-padded prompts (b, P) -> next-token logits (b, V); fills cache columns 0..P-1."""
@@ -179,7 +181,7 @@ class Decoder:
     def step(self, tok: torch.Tensor, pos: torch.Tensor, col: int) -> torch.Tensor:
         """Tokens (b,) at positions pos (b,), written to cache column col -> next-token logits (b, V)."""
         b, end = tok.shape[0], col + 1
-        threads = torch.get_num_threads() if self.fused else 1
+        threads = (self.threads or torch.get_num_threads()) if self.fused else 1
         if self.fused_step is not None:
             return self.fused_step(tok, pos, col, self.k, self.v, self.bias, threads)
         nq, nkv, d, r = self.n_q, self.n_kv, self.d, self.n_q // self.n_kv

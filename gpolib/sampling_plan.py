@@ -41,8 +41,11 @@ def run(weights: dict, ids, mask, loop, args: tuple, u, workers: int = 1, thread
 
     S = ids.shape[1] + args[0]
     if workers == 1:
-        with cpu_threads(threads):
-            return loop(Decoder(weights, ids.shape[0], S), ids, mask, *args[:5], u, *args[5:])
+        dec = Decoder(weights, ids.shape[0], S, threads=threads or torch.get_num_threads())
+        # a whole-step kernel splits its rows over the threads itself; the loop's own small torch ops (the draw) on
+        # one thread, where waking sleeping OpenMP workers would cost more than they save
+        with cpu_threads(1 if dec.fused_step is not None else threads):
+            return loop(dec, ids, mask, *args[:5], u, *args[5:])
 
     def shard(rows):
         with torch.inference_mode():  # thread-local: enter it in the worker
