@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 CACHE_ENV = "GPOLIB_CACHE_DIR"
-"""where machine-local caches live (outside the repository): step-0 evaluations, the built attention kernel"""
+"""where machine-local caches live (outside the repository): step-0 evaluations, the built C++ kernels"""
 PROFILES = ("smoke", "full", "gpu")
 _SUBDIR = {"full": "", "gpu": "gpu", "smoke": "smoke"}
 

@@ -59,6 +59,35 @@ def _function():
                                                       i64, ptr, ptr, ptr, ptr, ptr, i64, ptr, i64])
 
 
+@functools.lru_cache(maxsize=1)
+def _gemm():
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    return native.function("gpolib_gemm_f32", [ptr, i64, i64, i64, ptr, i64, ptr, i64, i64])
+
+
+def gemm(a: torch.Tensor, packed: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """The kernel's matmul alone: a (m, k) @ W for W packed by `pack` -> (m, n_p) (columns past n are 0 + ...);
+    with `out` (m, n_p), out += a @ W in place. Float32 CPU tensors, a and out contiguous."""
+    n_panels, k, nr = packed.shape
+    if nr != NR or a.dim() != 2 or a.shape[1] != k:
+        raise ValueError(f"a {tuple(a.shape)} does not match the packed matrix {tuple(packed.shape)}")
+    if any(t.dtype != torch.float32 or t.device.type != "cpu" for t in (a, packed)):
+        raise ValueError("gemm takes float32 CPU tensors")
+    a, packed = a.contiguous(), packed.contiguous()
+    accumulate = out is not None
+    if out is None:
+        out = torch.empty(a.shape[0], n_panels * NR)
+    elif out.shape != (a.shape[0], n_panels * NR) or not out.is_contiguous() or out.dtype != torch.float32:
+        raise ValueError(f"out must be a contiguous float32 ({a.shape[0]}, {n_panels * NR})")
+    fn = _gemm()
+    if fn is None:
+        raise RuntimeError("gpolib's C++ kernels are unavailable on this machine")
+    if fn(a.data_ptr(), k, a.shape[0], k, packed.data_ptr(), n_panels * NR, out.data_ptr(), n_panels * NR,
+          int(accumulate)):
+        raise ValueError(f"gemm refused a {tuple(a.shape)}, packed {tuple(packed.shape)}")
+    return out
+
+
 def available() -> bool:
     """The kernel is enabled (`native.ENV` and `ENV`) and built for this machine."""
     return native.enabled() and native.enabled(ENV) and _function() is not None

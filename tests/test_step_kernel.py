@@ -134,3 +134,26 @@ def test_invalid_tokens_positions_and_columns_are_refused():
             dec.step(torch.tensor([3, 4]), torch.tensor([7, 7]), dec.k.shape[-1])
         with pytest.raises(ValueError, match="outside the cache"):
             dec.fused_step(torch.tensor([3, 4, 5]), torch.tensor([7, 7, 7]), 7, dec.k, dec.v, None)
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (7, 24, 33), (8, 128, 256), (9, 344, 99), (130, 72, 100)])
+def test_gemm_equals_the_float64_product(m, k, n):
+    """The step's matmul on packed weights: every MR-row remainder (1..8), padded columns, a k of 1; within float32
+    rounding of the float64 product, zeros in the padded columns; accumulate adds to what is there."""
+    g = torch.Generator().manual_seed(m * 1000 + k)
+    a, w = torch.randn(m, k, generator=g), torch.randn(k, n, generator=g)
+    out = step_kernel.gemm(a, step_kernel.pack(w))
+    exact = a.double() @ w.double()
+    assert out.shape == (m, step_kernel.padded(n))
+    assert torch.allclose(out[:, :n].double(), exact, atol=1e-5 * k ** 0.5, rtol=1e-5)
+    assert out[:, n:].abs().sum() == 0
+    start = torch.randn(m, step_kernel.padded(n), generator=g)
+    acc = step_kernel.gemm(a, step_kernel.pack(w), out=start.clone())
+    assert torch.allclose(acc[:, :n].double(), start[:, :n].double() + exact, atol=1e-5 * k ** 0.5, rtol=1e-5)
+
+
+def test_gemm_refuses_mismatched_shapes():
+    with pytest.raises(ValueError, match="does not match"):
+        step_kernel.gemm(torch.randn(3, 5), step_kernel.pack(torch.randn(4, 8)))
+    with pytest.raises(ValueError, match="out must be"):
+        step_kernel.gemm(torch.randn(3, 4), step_kernel.pack(torch.randn(4, 8)), out=torch.zeros(3, 8))

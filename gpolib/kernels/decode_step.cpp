@@ -175,6 +175,16 @@ void rows_step(const Model& m, const Cache& cache, const int64_t* tok, const int
 
 extern "C" {
 
+// C (m, n_p) [+]= A (m, k) B, B packed by gpolib/step_kernel.py `pack` (n_p / 32 panels of (k, 32)); A's rows with
+// stride lda >= k, C's with ldc >= n_p. Returns 0, or 1 on invalid sizes. (The matmul of the step, exported for its
+// tests and benchmarks/decode_step.py.)
+int gpolib_gemm_f32(const float* a, int64_t lda, int64_t m, int64_t k, const float* bp, int64_t n_p, float* c,
+                    int64_t ldc, int64_t accumulate) {
+    if (m < 0 || k < 0 || lda < k || n_p % NR != 0 || ldc < n_p) return 1;
+    gemm(a, lda, m, k, bp, n_p, c, ldc, accumulate != 0);
+    return 0;
+}
+
 // One decode step for b rows. dims: layers, H, Hp, nq, nkv, d, I, Ip, V, Vp, qkv_p (padded widths: multiples of
 // 32), vocab (rows of embed), S (rows of cos / sin); eps; embed (vocab, H); cos, sin (S, d); head packed; w (layers x 7 addresses, see Model); qk_eps (layers);
 // tok, pos (b,); the cache (pointers and strides as Cache, the t / c strides 1; k_strides = kl, kb, kh, kc and the
