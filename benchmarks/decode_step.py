@@ -93,7 +93,8 @@ def main(argv=None) -> int:
     print(f"\nmatmuls of a decode step, {args.rows} rows: GFLOP/s (share of the peak)")
     print(f"{'':10s} {'k x n':>10s} {'torch.mm':>16s} {'kernel':>16s}")
     for name, k, n, g_torch, g_kernel in matmuls(weights, args.rows, args.repeats):
-        print(f"{name:10s} {f'{k}x{n}':>10s} {g_torch:8.1f} ({g_torch / peak:4.0%}) {g_kernel:8.1f} ({g_kernel / peak:4.0%})")
+        shares = f"{g_torch:8.1f} ({g_torch / peak:4.0%}) {g_kernel:8.1f} ({g_kernel / peak:4.0%})"
+        print(f"{name:10s} {f'{k}x{n}':>10s} {shares}")
     print(f"\none decode step, {args.rows} rows (ms)")
     print(f"{'positions':>9s} {'whole-step kernel':>18s} {'per layer + attention kernel':>29s} {'torch':>8s}")
     for end in (40, 120, 200):

@@ -35,7 +35,7 @@ def padded(n: int) -> int:
 
 
 def pack(w: torch.Tensor) -> torch.Tensor:
-    """(k, n) -> the kernel's layout: panels of NR columns, (n_p / NR, k, NR), columns zero-padded to n_p = padded(n)."""
+    """(k, n) -> the kernel's layout: panels of NR columns, (n_p / NR, k, NR), zero-padded to n_p = padded(n)."""
     k, n = w.shape
     out = torch.zeros(k, padded(n), dtype=torch.float32)
     out[:, :n] = w

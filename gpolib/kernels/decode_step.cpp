@@ -116,7 +116,8 @@ void norm_rope(const float* in, const float* weight, float eps, const float* cos
         for (int64_t c = 0; c < d; ++c) tmp[c] = in[c];
     }
     const int64_t half = d / 2;
-    for (int64_t c = 0; c < d; ++c) out[c * out_stride] = tmp[c] * cos[c] + tmp[c < half ? c + half : c - half] * sin[c];
+    for (int64_t c = 0; c < d; ++c)
+        out[c * out_stride] = tmp[c] * cos[c] + tmp[c < half ? c + half : c - half] * sin[c];
 }
 
 // Rows [first, last) of the batch through the whole model -> logits rows of `out` (stride Vp).
@@ -186,10 +187,11 @@ int gpolib_gemm_f32(const float* a, int64_t lda, int64_t m, int64_t k, const flo
 }
 
 // One decode step for b rows. dims: layers, H, Hp, nq, nkv, d, I, Ip, V, Vp, qkv_p (padded widths: multiples of
-// 32), vocab (rows of embed), S (rows of cos / sin); eps; embed (vocab, H); cos, sin (S, d); head packed; w (layers x 7 addresses, see Model); qk_eps (layers);
-// tok, pos (b,); the cache (pointers and strides as Cache, the t / c strides 1; k_strides = kl, kb, kh, kc and the
-// key rows' allocated columns, v_strides = vl, vb, vh, vt); bias (b nkv, P) or null; out (b, Vp). Returns 0, 1 on invalid sizes, 2 on a token
-// outside the vocabulary or a position outside the RoPE table (nothing computed).
+// 32), vocab (rows of embed), S (rows of cos / sin); eps; embed (vocab, H); cos, sin (S, d); head packed; w (layers
+// x 7 addresses, see Model); qk_eps (layers); tok, pos (b,); the cache (pointers and strides as Cache, the t / c
+// strides 1; k_strides = kl, kb, kh, kc and the key rows' allocated columns, v_strides = vl, vb, vh, vt); bias
+// (b nkv, P) or null; out (b, Vp). Returns 0, 1 on invalid sizes, 2 on a token outside the vocabulary or a
+// position outside the RoPE table (nothing computed).
 int gpolib_decode_step_f32(const int64_t* dims, float eps, const float* embed, const float* cos, const float* sin,
                            const float* head, const int64_t* w, const float* qk_eps, const int64_t* tok,
                            const int64_t* pos, int64_t b, int64_t col, float* k, const int64_t* k_strides, float* v,
