@@ -6,6 +6,9 @@ A tiny model's decode step is a few hundred small kernels. Two ways to use n cor
     (measured here: 5 s -> 23-77 s per 128 x 200 tokens beside other jobs);
   - row shards: the batch split into n parts, each decoded by its own Python thread with one torch
     thread (kernels release the GIL, so the shards' kernels overlap; no barrier between them).
+With the whole-step kernel (`step_kernel`, dense float32 models) a (1, n) step is one call whose rows are split over
+n threads inside it (no barrier between layers), the loop's own torch ops on one thread; n row shards still win
+where the shards' Python (the draw, the loop) overlaps with the other shard's kernel.
 `plan` times a few decode steps of the actual batch under each candidate ((1 shard, 1 thread),
 (1, n), (n, 1)), twice and interleaved, keeps the fastest (the simpler one unless another is 5%
 faster), caches it per (model shape, batch size, n) and measures again every `RECALIBRATE_EVERY`
