@@ -23,7 +23,7 @@ from pathlib import Path
 from . import paths
 
 KERNELS = Path(__file__).parent / "kernels"
-FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fPIC", "-shared", "-pthread")
+FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fPIC", "-shared", "-pthread", "-Wno-psabi")
 ENV = "GPOLIB_DECODE_KERNEL"
 """set to 0 to keep the decoder on its torch path (e.g. to compare the two)"""
 

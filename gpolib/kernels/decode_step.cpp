@@ -19,9 +19,16 @@
 namespace {
 
 // C (m, n_p) [+]= A (m, k) B for B packed as n_p / NR panels of (k, NR) (columns zero-padded to a multiple of
-// NR): micro-kernels of MR <= 8 rows x 32 columns held in 16 vector accumulators, each B panel row read once per
-// MR rows. A's rows have stride lda, C's ldc.
+// NR): micro-kernels of up to MR_MAX rows x 32 columns held in vector accumulators, each B panel row read once per
+// MR_MAX rows. A's rows have stride lda, C's ldc. MR_MAX fits the accumulators, the two B vectors and a broadcast
+// in the CPU's vector registers: 32 of 16 floats with AVX-512 (8 rows: 16 accumulators), else 16 of 8 floats, where
+// a 16-float vector takes two (2 rows: 8).
 constexpr int NR = 2 * W;
+#if defined(__AVX512F__)
+constexpr int MR_MAX = 8;
+#else
+constexpr int MR_MAX = 2;
+#endif
 
 template <int MR>
 void micro(const float* __restrict a, int64_t lda, const float* __restrict bp, int64_t k, float* __restrict c,
@@ -54,8 +61,8 @@ void gemm(const float* a, int64_t lda, int64_t m, int64_t k, const float* bp, in
           bool accumulate) {
     for (int64_t j = 0; j < n_p; j += NR) {
         const float* panel = bp + j * k;
-        for (int64_t i = 0; i < m; i += 8) {
-            const int64_t rows = m - i < 8 ? m - i : 8;
+        for (int64_t i = 0; i < m; i += MR_MAX) {
+            const int64_t rows = m - i < MR_MAX ? m - i : MR_MAX;
             MICRO[rows](a + i * lda, lda, panel, k, c + i * ldc + j, ldc, accumulate);
         }
     }
