@@ -23,7 +23,8 @@ from pathlib import Path
 from . import paths
 
 KERNELS = Path(__file__).parent / "kernels"
-FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fPIC", "-shared", "-pthread", "-Wno-psabi")
+FLAGS = ("-O3", "-fno-math-errno", "-fPIC", "-shared", "-pthread", "-Wno-psabi")
+"""the compiler flags besides -march (`build`'s march: native, this CPU, unless a test asks for another)"""
 ENV = "GPOLIB_DECODE_KERNEL"
 """set to 0 to keep the decoder on its torch path (e.g. to compare the two)"""
 
@@ -67,29 +68,31 @@ def _cpu_flags() -> str:
     return ""
 
 
-def library_path(compiler: str) -> Path:
-    """Where the built library for these sources, compiler and CPU lives."""
+def library_path(compiler: str, march: str = "native") -> Path:
+    """Where the built library for these sources, compiler, -march and CPU lives."""
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=True).stdout
     h = hashlib.sha256()
     for f in sorted(KERNELS.glob("*.h")) + sources():
         h.update(f.name.encode() + f.read_bytes())
-    for part in (" ".join(FLAGS).encode(), version.encode(), _cpu_flags().encode()):
+    for part in (" ".join(FLAGS).encode(), march.encode(), version.encode(), _cpu_flags().encode()):
         h.update(part)
     return paths.cache_root() / "kernels" / f"gpolib-kernels-{h.hexdigest()[:16]}.so"
 
 
-def build(compiler: str | None = None) -> Path:
+def build(compiler: str | None = None, march: str = "native") -> Path:
     """Compile the library unless this machine's build exists; returns its path. Raises on failure (the
-    compiler's message included). Written to a temporary name and renamed, so concurrent builds agree."""
+    compiler's message included). Written to a temporary name and renamed, so concurrent builds agree.
+    march: the target CPU (native: this one; tests build for an older one, e.g. haswell, to check its code path)."""
     compiler = compiler or os.environ.get("CXX", "g++")
-    path = library_path(compiler)
+    path = library_path(compiler, march)
     if path.exists():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
     os.close(fd)
     try:
-        done = subprocess.run([compiler, *FLAGS, *map(str, sources()), "-o", tmp], capture_output=True, text=True)
+        argv = [compiler, *FLAGS, f"-march={march}", *map(str, sources()), "-o", tmp]
+        done = subprocess.run(argv, capture_output=True, text=True)
         if done.returncode:
             raise RuntimeError(f"{compiler} could not build {KERNELS.name}/*.cpp:\n{done.stderr[-2000:]}")
         os.replace(tmp, path)

@@ -157,3 +157,24 @@ def test_gemm_refuses_mismatched_shapes():
         step_kernel.gemm(torch.randn(3, 5), step_kernel.pack(torch.randn(4, 8)))
     with pytest.raises(ValueError, match="out must be"):
         step_kernel.gemm(torch.randn(3, 4), step_kernel.pack(torch.randn(4, 8)), out=torch.zeros(3, 8))
+
+
+def test_the_matmul_without_avx512_is_the_same_product():
+    """Built for a CPU without AVX-512 (-march=haswell: AVX2, 16 vector registers), the matmul takes 2-row
+    micro-kernels instead of 8-row ones; on this CPU (which runs AVX2 code) it gives the float64 product too."""
+    if "avx2" not in native._cpu_flags().split():
+        pytest.skip("this CPU cannot run AVX2 code")
+    import ctypes
+
+    lib = ctypes.CDLL(str(native.build(march="haswell")))
+    fn = lib.gpolib_gemm_f32
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    fn.restype, fn.argtypes = ctypes.c_int, [ptr, i64, i64, i64, ptr, i64, ptr, i64, i64]
+    g = torch.Generator().manual_seed(5)
+    for m, k, n in [(9, 344, 99), (1, 128, 256), (130, 72, 100)]:
+        a, w = torch.randn(m, k, generator=g), torch.randn(k, n, generator=g)
+        packed = step_kernel.pack(w)
+        out = torch.zeros(m, packed.shape[0] * 32)
+        assert fn(a.data_ptr(), k, m, k, packed.data_ptr(), out.shape[1], out.data_ptr(), out.shape[1], 0) == 0
+        assert torch.allclose(out[:, :n].double(), a.double() @ w.double(), atol=1e-5 * k ** 0.5, rtol=1e-5)
+        assert torch.equal(out, step_kernel.gemm(a, packed))  # same order of sums as the AVX-512 build
