@@ -28,6 +28,8 @@ EVAL_FIELDS = ("model", "task_eval", "prompt_style", "max_new_tokens", "temperat
                "rollout_threads", "device", "dtype", "eval_prompts", "eval_samples", "eval_seed", "lora_r",
                "lora_alpha", "train_router")
 """the TrainConfig fields the step-0 evaluation may depend on (more than it needs: a wider key only shares less)"""
+
+
 def cache_dir() -> Path:
     """Where entries live: $GPOLIB_CACHE_DIR/step0_evals, or ~/.cache/gpolib/step0_evals."""
     return paths.cache_root() / "step0_evals"

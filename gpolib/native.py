@@ -113,9 +113,10 @@ def library():
         return None
 
 
-def function(name: str, argtypes: list):
-    """The library's C function `name` with these argument types (returning int), or None without a library."""
-    lib = library()
+def function(name: str, argtypes: list, lib=None):
+    """The C function `name` of `lib` (default: this machine's library) with these argument types (returning int),
+    or None without a library."""
+    lib = library() if lib is None else lib
     if lib is None:
         return None
     fn = getattr(lib, name)

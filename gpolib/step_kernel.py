@@ -59,10 +59,14 @@ def _function():
                                                       i64, ptr, ptr, ptr, ptr, ptr, i64, ptr, i64])
 
 
+GEMM_ARGTYPES = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
+                 ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
+"""gpolib_gemm_f32(a, lda, m, k, packed, n_p, c, ldc, accumulate)"""
+
+
 @functools.lru_cache(maxsize=1)
 def _gemm():
-    i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    return native.function("gpolib_gemm_f32", [ptr, i64, i64, i64, ptr, i64, ptr, i64, i64])
+    return native.function("gpolib_gemm_f32", GEMM_ARGTYPES)
 
 
 def gemm(a: torch.Tensor, packed: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:

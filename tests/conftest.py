@@ -88,8 +88,8 @@ def clean_resume_run(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def _step0_eval_cache(tmp_path_factory, monkeypatch):
-    """Every test's step-0 evaluations (gpolib.eval_cache) and attention-kernel build go to one session-wide
-    temporary cache, not ~/.cache."""
+    """Every test's step-0 evaluations (gpolib.eval_cache) and C++ kernel builds (gpolib.native) go to one
+    session-wide temporary cache, not ~/.cache."""
     from gpolib import paths
 
     monkeypatch.setenv(paths.CACHE_ENV, str(tmp_path_factory.getbasetemp() / "gpolib-cache"))

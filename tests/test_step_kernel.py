@@ -166,10 +166,8 @@ def test_the_matmul_without_avx512_is_the_same_product():
         pytest.skip("this CPU cannot run AVX2 code")
     import ctypes
 
-    lib = ctypes.CDLL(str(native.build(march="haswell")))
-    fn = lib.gpolib_gemm_f32
-    i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    fn.restype, fn.argtypes = ctypes.c_int, [ptr, i64, i64, i64, ptr, i64, ptr, i64, i64]
+    fn = native.function("gpolib_gemm_f32", step_kernel.GEMM_ARGTYPES,
+                         lib=ctypes.CDLL(str(native.build(march="haswell"))))
     g = torch.Generator().manual_seed(5)
     for m, k, n in [(9, 344, 99), (1, 128, 256), (130, 72, 100)]:
         a, w = torch.randn(m, k, generator=g), torch.randn(k, n, generator=g)

@@ -201,4 +201,15 @@ inline void product(Product fixed, const float* q, const float* k, int64_t k_c, 
     }
 }
 
+// part(first, last) on n_threads contiguous parts of [0, total), each on its own thread (the calling thread takes
+// the first), joined before returning: the kernels' rows / products are independent, so no other synchronisation.
+template <class Part>
+void in_parts(int64_t total, int64_t n_threads, Part part) {
+    const int64_t n = n_threads < total ? n_threads : total;
+    std::vector<std::thread> others;
+    for (int64_t i = 1; i < n; ++i) others.emplace_back(part, total * i / n, total * (i + 1) / n);
+    part(0, total / n);
+    for (auto& th : others) th.join();
+}
+
 }  // namespace

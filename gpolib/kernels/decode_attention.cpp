@@ -20,11 +20,7 @@ int gpolib_decode_attention_f32(const float* q, const float* k, int64_t k_b, int
             product(fixed, q + b * r * d, k + b * k_b, k_c, end, v + b * v_b, v_t,
                     bias == nullptr ? nullptr : bias + b * P, P, out + b * r * d, r, d, end, s.data());
     };
-    const int64_t n = n_threads < bn ? n_threads : bn;
-    std::vector<std::thread> others;
-    for (int64_t i = 1; i < n; ++i) others.emplace_back(part, bn * i / n, bn * (i + 1) / n);
-    part(0, bn / n);
-    for (auto& th : others) th.join();
+    in_parts(bn, n_threads, part);
     return 0;
 }
 

@@ -213,12 +213,7 @@ int gpolib_decode_step_f32(const int64_t* dims, float eps, const float* embed, c
         return 1;
     for (int64_t i = 0; i < b; ++i)
         if (tok[i] < 0 || tok[i] >= m.vocab || pos[i] < 0 || pos[i] >= m.S) return 2;
-    const int64_t n = n_threads < b ? n_threads : b;
-    std::vector<std::thread> others;
-    for (int64_t i = 1; i < n; ++i)
-        others.emplace_back(rows_step, std::cref(m), std::cref(cache), tok, pos, col, b * i / n, b * (i + 1) / n, out);
-    rows_step(m, cache, tok, pos, col, 0, b / n, out);
-    for (auto& th : others) th.join();
+    in_parts(b, n_threads, [&](int64_t first, int64_t last) { rows_step(m, cache, tok, pos, col, first, last, out); });
     return 0;
 }
 
