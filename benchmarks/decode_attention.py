@@ -2,7 +2,7 @@
 sampler stops near 2x the transformers loop, not 3x).
 
 One decode step's attention over a KV cache, for the embedded dense model's shape (2 KV heads, 2 query heads per KV
-head, head dim 32) and a batch of 128 rows, the way `gpolib.decode.Decoder.step` computes it:
+head, head dim 32) and a batch of 128 rows, the way `gpolib.engine.decoder.Decoder.step` computes it:
     scores (B nkv, r, end) = q (B nkv, r, d) @ K (B nkv, d, end)      `bmm`, r = 2 rows per product
     probs = softmax(scores);  out (B nkv, r, d) = probs @ V (B nkv, end, d)
 against the alternatives tried: the same products on a contiguous copy of the cache, `scaled_dot_product_attention`
@@ -22,7 +22,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from gpolib import attention_kernel
+from gpolib.engine import attention_kernel
 from gpolib.bench.common import cpu_model, matmul_peak_gflops
 
 N_KV, R, D = 2, 2, 32

@@ -1,6 +1,6 @@
 """Does `torch.compile` pay for the decoder's step on CPU? (issue 20, 'ways to look at')
 
-The default rollout engine (`gpolib.decode.Decoder`) runs eagerly. This compares it with the same decoder
+The default rollout engine (`gpolib.engine.decoder.Decoder`) runs eagerly. This compares it with the same decoder
 whose `step` is wrapped by `torch.compile(dynamic=True)` (the batch shrinks as rows finish and the attended
 length grows by one per step, so static shapes would recompile every step), on the embedded dense model:
 one batch of 16 held-out prompts x 8 at T = 1 and up to 192 new tokens, identical uniforms for both.
@@ -19,8 +19,8 @@ import time
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402
 
-from gpolib import decode, sampler  # noqa: E402
-from gpolib.decode_weights import read  # noqa: E402
+from gpolib.engine import decoder as decode, loop as sampler  # noqa: E402
+from gpolib.engine.weights import read  # noqa: E402
 from gpolib.models import load_policy  # noqa: E402
 from gpolib.rollout import _prompts  # noqa: E402
 from gpolib.tasks import default_task_path, load_tasks, render_prompt  # noqa: E402

@@ -1,5 +1,5 @@
 """One decode step of the embedded dense model three ways, and the whole-step kernel's matmul against torch's, on
-this CPU (issue 20: what the whole-step kernel, `gpolib.step_kernel`, buys and where its time goes).
+this CPU (issue 20: what the whole-step kernel, `gpolib.engine.step_kernel`, buys and where its time goes).
 
 1. The matmuls of a decode step at 128 rows (the embedded model's q/k/v, o, gate/up, down and LM-head shapes):
    `torch.mm` on the decoder's weights against the kernel's register-blocked product on packed weights
@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # a checkout witho
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402
 
-from gpolib import native, step_kernel  # noqa: E402
+from gpolib.engine import native, step_kernel  # noqa: E402
 from gpolib.bench.common import cpu_model, matmul_peak_gflops  # noqa: E402
-from gpolib.decode import Decoder, read  # noqa: E402
+from gpolib.engine.decoder import Decoder, read  # noqa: E402
 
 MODEL = "data/models/tiny-qwen3"
 

@@ -144,7 +144,7 @@ def hf_sample(model, tokenizer, prompts: list, group_size: int, max_new_tokens: 
               temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False, engine: str = "hf") -> Rollout:
     """Sample `group_size` completions per prompt with the compacting KV-cache loop of `sampler.py`
     (engine 'hf': the transformers forward, LoRA merged; 'auto': `decode.Decoder` where supported)."""
-    from .sampler import sample
+    from .engine.loop import sample
 
     p_ids, p_mask = _prompts(tokenizer, prompts, group_size, next(model.parameters()).device)  # (B, P)
     c_ids, logps = sample(model, p_ids, p_mask, max_new_tokens, tokenizer.eos_token_id,
@@ -182,7 +182,7 @@ def generate(model, tokenizer, prompts: list, group_size: int, max_new_tokens: i
     if backend == "hf_generate":
         return hf_generate(model, tokenizer, prompts, group_size, max_new_tokens, temperature, top_p, greedy)
     if backend == "vllm":
-        from .vllm_backend import vllm_sample
+        from .engine.vllm_backend import vllm_sample
 
         c_ids, logps = vllm_sample(engine, prompts, group_size, max_new_tokens, temperature, top_p, greedy,
                                    tokenizer.pad_token_id)  # (B, T) each

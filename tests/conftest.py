@@ -88,7 +88,7 @@ def clean_resume_run(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def _step0_eval_cache(tmp_path_factory, monkeypatch):
-    """Every test's step-0 evaluations (gpolib.eval_cache) and C++ kernel builds (gpolib.native) go to one
+    """Every test's step-0 evaluations (gpolib.eval_cache) and C++ kernel builds (gpolib.engine.native) go to one
     session-wide temporary cache, not ~/.cache."""
     from gpolib import paths
 

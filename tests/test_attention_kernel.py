@@ -1,11 +1,11 @@
-"""gpolib.attention_kernel: the fused decode attention against float64 torch, inside the decoder, and its build."""
+"""gpolib.engine.attention_kernel: the fused decode attention against float64 torch, inside the decoder, and its build."""
 import copy
 
 import pytest
 import torch
 
-from gpolib import attention_kernel, native, step_kernel
-from gpolib.decode import Decoder, read
+from gpolib.engine import attention_kernel, native, step_kernel
+from gpolib.engine.decoder import Decoder, read
 from gpolib.models import load_policy
 
 MODEL = "data/models/tiny-qwen3"

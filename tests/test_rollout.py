@@ -52,7 +52,7 @@ def test_compacting_sampler_equals_generate_when_greedy(policy):
 
 
 def test_top_p_filter_keeps_the_nucleus():
-    from gpolib.sampler import _top_p_filter
+    from gpolib.engine.loop import _top_p_filter
     logp = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
     kept = torch.isfinite(_top_p_filter(logp, 0.7))
     assert kept.tolist() == [[True, True, False, False]]  # 0.5 < 0.7 <= 0.8
@@ -72,7 +72,7 @@ def test_select_and_concat_round_trip(policy):
 
 def test_vllm_missing_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)
-    from gpolib.vllm_backend import vllm_sample
+    from gpolib.engine.vllm_backend import vllm_sample
     with pytest.raises(ImportError, match=r"gpolib\[vllm\]"):
         vllm_sample(None, ["q"], 2, 8, 1.0, 1.0, False, 0)
 
@@ -80,7 +80,7 @@ def test_vllm_missing_names_the_extra(monkeypatch):
 def test_vllm_backend_imports_nothing_of_gpolib():
     """No import cycle: rollout.py makes the Rollout, vllm_backend.py only returns tensors."""
     import ast
-    import gpolib.vllm_backend as V
+    import gpolib.engine.vllm_backend as V
     tree = ast.parse(open(V.__file__).read())
     imported = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
     imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
@@ -90,7 +90,7 @@ def test_vllm_backend_imports_nothing_of_gpolib():
 
 def test_vllm_generate_on_a_recorded_fixture(policy, monkeypatch):
     """generate(backend='vllm') on vLLM's recorded output shape, with the engine and vllm stubbed out."""
-    import gpolib.vllm_backend as V
+    import gpolib.engine.vllm_backend as V
     _, tok = policy
     eos = tok.eos_token_id
     a, b = tok.convert_tokens_to_ids(["1", "2"])

@@ -1,4 +1,4 @@
-"""The decoder sampler (`gpolib.decode.Decoder` behind `gpolib.sampler.sample`) against the model's own forward.
+"""The decoder sampler (`gpolib.engine.decoder.Decoder` behind `gpolib.engine.loop.sample`) against the model's own forward.
 
 - float64: the decoder's logits at every step equal the transformers forward's on the same tokens
   (dense, MoE, Qwen2; LoRA with non-zero B; left-padded prompts of different lengths);
@@ -16,8 +16,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Qwen2Config
 
-from gpolib import sampler
-from gpolib.decode import Decoder, Unsupported
+from gpolib.engine import loop as sampler
+from gpolib.engine.decoder import Decoder, Unsupported
 from gpolib.logprobs import completion_logps, position_ids
 from gpolib.models import EMBEDDED, load_policy, lora_config, tiny_config
 from gpolib.rollout import completion_masks, generate, tokenize_prompts
@@ -194,7 +194,7 @@ def test_samples_do_not_depend_on_the_plan(arch, tok):
 
 
 def test_plan_is_measured_then_cached(tok, monkeypatch):
-    from gpolib import sampling_plan
+    from gpolib.engine import plan as sampling_plan
 
     model = random_model("dense", tok)
     ids, mask = _prompt_batch(tok, group=4)

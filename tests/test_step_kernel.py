@@ -1,12 +1,12 @@
-"""gpolib.step_kernel: a whole dense decode step in one C++ call, against the decoder's torch path and float64."""
+"""gpolib.engine.step_kernel: a whole dense decode step in one C++ call, against the decoder's torch path and float64."""
 import copy
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, Qwen2Config, Qwen3Config
 
-from gpolib import native, step_kernel
-from gpolib.decode import Decoder, read
+from gpolib.engine import native, step_kernel
+from gpolib.engine.decoder import Decoder, read
 from gpolib.runtime import cpu_threads
 
 VOCAB = 99

@@ -1,4 +1,4 @@
-"""A stand-in for the part of vLLM's documented offline API that gpolib.vllm_backend uses.
+"""A stand-in for the part of vLLM's documented offline API that gpolib.engine.vllm_backend uses.
 
 vLLM needs a CUDA GPU and cannot be installed on the machines that run these tests, so `install()`
 puts a module named `vllm` into `sys.modules` with:

@@ -29,8 +29,8 @@ import time
 
 import torch
 
-from .. import attention_kernel, native, step_kernel
-from ..sampler import sample
+from ..engine import attention_kernel, native, step_kernel
+from ..engine.loop import sample
 
 
 def prompt_batch(tok, prompts: list, group_size: int) -> tuple:
@@ -88,7 +88,7 @@ def configurations(n: int, with_generate: bool) -> dict:
 def run_engine(model, tok, ids, mask, conf: tuple, T: int, eos: int, seed: int, autocast: str | None = None) -> dict:
     """One batch with one configuration: wall and process CPU seconds, completion tokens and lengths.
     autocast: 'bfloat16' / 'float16' samples under torch.autocast (a reduced-precision engine), None in fp32."""
-    from .. import sampling_plan
+    from ..engine import plan as sampling_plan
     from ..rollout import autocast as autocast_ctx
 
     engine, threads, plan = conf[:3]

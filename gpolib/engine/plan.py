@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from .runtime import cpu_threads
+from ..runtime import cpu_threads
 
 CALIBRATION_STEPS = 8
 """decode steps timed per candidate (after the prefill of the real prompts)"""
@@ -40,7 +40,7 @@ LAST: dict = {}
 def run(weights: dict, ids, mask, loop, args: tuple, u, workers: int = 1, threads: int = 0) -> tuple:
     """`loop(decoder, ids, mask, *args[:5], u, *args[5:])` on `workers` row shards with `threads` torch threads each
     (0: the process's setting) -> ids, logps (B, T) with shards padded to the longest (pad id args[2])."""
-    from .decode import Decoder
+    from .decoder import Decoder
 
     S = ids.shape[1] + args[0]
     if workers == 1:

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from . import attention_kernel, step_kernel
-from .decode_weights import SUPPORTED, Unsupported, read  # noqa: F401  (re-exported)
+from .weights import SUPPORTED, Unsupported, read  # noqa: F401  (re-exported)
 
 MOE_DENSE_BELOW = 32
 """MoE with fewer tokens than this: every expert on every token as two matmuls (routing weights 0 off the

@@ -18,9 +18,9 @@ import time
 import torch
 from transformers import DynamicCache
 
-from .logprobs import position_ids
-from . import sampling_plan
-from .lora import merged_lora
+from ..logprobs import position_ids
+from . import plan as sampling_plan
+from ..lora import merged_lora
 
 COMPACT_AT = 0.25
 """compact the batch when this share of its rows has finished (the transformers engine copies every row
@@ -86,7 +86,7 @@ def make_engine(model, batch: int, max_len: int, engine: str = "auto"):
     weights = decoder_weights(model, max_len, engine)
     if weights is None:
         return _HFModel(model)
-    from .decode import Decoder
+    from .decoder import Decoder
 
     return Decoder(weights, batch, max_len)
 
@@ -97,7 +97,7 @@ def decoder_weights(model, max_len: int, engine: str = "auto"):
         raise ValueError(f"engine={engine!r} is invalid; allowed: {' | '.join(ENGINES)}")
     if engine == "hf":
         return None
-    from .decode_weights import Unsupported, read
+    from .weights import Unsupported, read
     try:
         return read(model, max_len)
     except Unsupported:

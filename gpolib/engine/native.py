@@ -20,7 +20,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from . import paths
+from .. import paths
 
 KERNELS = Path(__file__).parent / "kernels"
 FLAGS = ("-O3", "-fno-math-errno", "-fPIC", "-shared", "-pthread", "-Wno-psabi")
