@@ -19,7 +19,9 @@ import time
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402
 
-from gpolib.engine import decoder as decode, loop as sampler  # noqa: E402
+from gpolib.engine import SampleSpec  # noqa: E402
+from gpolib.engine.decoder import Decoder  # noqa: E402
+from gpolib.engine.loop import decode_loop  # noqa: E402
 from gpolib.engine.weights import read  # noqa: E402
 from gpolib.models import load_policy  # noqa: E402
 from gpolib.rollout import _prompts  # noqa: E402
@@ -39,17 +41,17 @@ def main() -> None:
     ids, mask = _prompts(tok, [render_prompt(tok, r["prompt"]) for r in rows], 8, "cpu")  # (128, P)
     T, width = args.max_new_tokens, ids.shape[1] + args.max_new_tokens
     weights = read(model, width)
-    loop_args = (T, tok.eos_token_id, tok.pad_token_id, 1.0, 1.0)
+    spec = SampleSpec(max_new_tokens=T, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id)
 
     @torch.inference_mode()
     def run(compiled: bool):
         torch.manual_seed(0)
         u = torch.rand(ids.shape[0], T)  # the same uniforms for both engines
-        net = decode.Decoder(weights, ids.shape[0], width)
+        net = Decoder(weights, ids.shape[0], width)
         if compiled:
             net.step = compiled_step.__get__(net)
         t0 = time.perf_counter()
-        out = sampler._loop(net, ids, mask, *loop_args, u)
+        out = decode_loop(net, ids, mask, spec, u)
         return time.perf_counter() - t0, out
 
     if args.profile:
@@ -60,7 +62,7 @@ def main() -> None:
             run(False)
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
         return
-    compiled_step = torch.compile(decode.Decoder.step, dynamic=True)
+    compiled_step = torch.compile(Decoder.step, dynamic=True)
     first, _ = run(True)
     print(f"first compiled call (compilation included): {first:.1f} s", flush=True)
     for _ in range(args.repeats):

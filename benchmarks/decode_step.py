@@ -6,7 +6,8 @@ this CPU (issue 20: what the whole-step kernel, `gpolib.engine.step_kernel`, buy
    (`step_kernel.gemm`), as GFLOP/s.
 2. One decode step of 128 rows of the embedded dense model (random LoRA folded in) at 40 / 120 / 200 cached
    positions: `Decoder.step` with the whole-step kernel, with the per-layer torch step and the attention kernel
-   (GPOLIB_STEP_KERNEL=0), and torch throughout (GPOLIB_DECODE_KERNEL=0), in milliseconds.
+   (kernels='attention', as under GPOLIB_STEP_KERNEL=0), and torch throughout (kernels='none', as under
+   GPOLIB_DECODE_KERNEL=0), in milliseconds.
 Each figure is the best of `--repeats` means over 20 calls, beside the fp32 matmul peak measured in the same run at
 the same threads.
 
@@ -24,9 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # a checkout witho
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402
 
-from gpolib.engine import native, step_kernel  # noqa: E402
 from gpolib.bench.common import cpu_model, matmul_peak_gflops  # noqa: E402
-from gpolib.engine.decoder import Decoder, read  # noqa: E402
+from gpolib.engine import step_kernel  # noqa: E402
+from gpolib.engine.decoder import Decoder  # noqa: E402
+from gpolib.engine.weights import read  # noqa: E402
 
 MODEL = "data/models/tiny-qwen3"
 
@@ -59,9 +61,10 @@ def matmuls(weights: dict, rows: int, repeats: int) -> list:
     return out
 
 
-def step_ms(weights: dict, rows: int, end: int, repeats: int) -> float:
-    """Milliseconds of one `Decoder.step` of `rows` rows writing cache column end - 1 (a cache filled at random)."""
-    dec = Decoder(weights, rows, end + 1)
+def step_ms(weights: dict, rows: int, end: int, repeats: int, kernels: str) -> float:
+    """Milliseconds of one `Decoder.step` of `rows` rows writing cache column end - 1 (a cache filled at random),
+    with these kernels (`native.KERNELS`)."""
+    dec = Decoder(weights, rows, end + 1, kernels=kernels)
     dec.k.normal_()
     dec.v.normal_()
     tok = torch.randint(2, weights["embed"].shape[0], (rows,))
@@ -86,7 +89,7 @@ def main(argv=None) -> int:
             torch.nn.init.normal_(prm, std=0.02)
     weights = read(model.eval(), 256)
     if not step_kernel.supports(weights):
-        print("the whole-step kernel is unavailable here (no C++ compiler, or turned off)")
+        print("the whole-step kernel is unavailable here (no C++ compiler)")
         return 1
     peak = matmul_peak_gflops(threads=args.threads)
     print(f"{cpu_model()}, {args.threads} thread(s); fp32 matmul peak {peak:.0f} GFLOP/s (1024^3)")
@@ -98,11 +101,7 @@ def main(argv=None) -> int:
     print(f"\none decode step, {args.rows} rows (ms)")
     print(f"{'positions':>9s} {'whole-step kernel':>18s} {'per layer + attention kernel':>29s} {'torch':>8s}")
     for end in (40, 120, 200):
-        whole = step_ms(weights, args.rows, end, args.repeats)
-        with native.disabled(True, step_kernel.ENV):
-            layer = step_ms(weights, args.rows, end, args.repeats)
-        with native.disabled():
-            plain = step_ms(weights, args.rows, end, args.repeats)
+        whole, layer, plain = (step_ms(weights, args.rows, end, args.repeats, k) for k in ("all", "attention", "none"))
         print(f"{end:9d} {whole:18.2f} {layer:29.2f} {plain:8.2f}")
     return 0
 

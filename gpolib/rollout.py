@@ -1,14 +1,14 @@
 """Rollouts: G samples per prompt -> a `Rollout` of ids, masks, sampling log-probs and truncation flags.
 
-Backends share one interface, `generate(model, tokenizer, prompts, ...)`:
-  "decoder"     the sampling loop of `sampler.py` on `decode.Decoder` (the Qwen3 / Qwen3-MoE / Qwen2 layers
-                re-written for decoding: preallocated KV cache, fused projections, LoRA folded in;
-                default); other architectures fall back to "hf";
+Backends share one interface, `generate(model, tokenizer, prompts, ...)`; all but "hf_generate" sample through
+`gpolib.engine` (`sample` with a `SampleSpec`, or `vllm_sample`), which returns tensors; this module makes the Rollout:
+  "decoder"     the engine's decode loop on its `Decoder` (the Qwen3 / Qwen3-MoE / Qwen2 layers re-written for
+                decoding: preallocated KV cache, fused projections, LoRA folded in; default); other
+                architectures fall back to "hf";
   "hf"          the same loop on the transformers model forward with a KV cache, left padding, finished
                 rows dropped from the batch (CPU and GPU; 40% faster than `generate` here);
   "hf_generate" transformers `generate` itself (reference; same greedy output, tested);
-  "vllm"        vLLM's `LLM.generate` (optional extra `pip install gpolib[vllm]`), see `vllm_backend.py`
-                (which returns tensors; this module makes the Rollout, so neither imports the other's types).
+  "vllm"        vLLM's `LLM.generate` (optional extra `pip install gpolib[vllm]`), `gpolib.engine.vllm_sample`.
 Sampling log-probabilities are those of the sampled tokens under softmax(logits / temperature), the
 distribution the trainer also uses; with top_p < 1 the nucleus truncation is not renormalised into them.
 """
@@ -142,14 +142,22 @@ def hf_generate(model, tokenizer, prompts: list, group_size: int, max_new_tokens
 
 def hf_sample(model, tokenizer, prompts: list, group_size: int, max_new_tokens: int,
               temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False, engine: str = "hf") -> Rollout:
-    """Sample `group_size` completions per prompt with the compacting KV-cache loop of `sampler.py`
-    (engine 'hf': the transformers forward, LoRA merged; 'auto': `decode.Decoder` where supported)."""
-    from .engine.loop import sample
+    """Sample `group_size` completions per prompt with the engine's compacting KV-cache loop (`gpolib.engine.sample`;
+    engine 'hf': the transformers forward, LoRA merged; 'auto': the engine's decoder where supported)."""
+    from .engine import sample
 
     p_ids, p_mask = _prompts(tokenizer, prompts, group_size, next(model.parameters()).device)  # (B, P)
-    c_ids, logps = sample(model, p_ids, p_mask, max_new_tokens, tokenizer.eos_token_id,
-                          tokenizer.pad_token_id, temperature, top_p, greedy, engine=engine)  # (B, T) each
+    spec = _spec(tokenizer, max_new_tokens, temperature, top_p, greedy, engine)
+    c_ids, logps = sample(model, p_ids, p_mask, spec)  # (B, T) each
     return to_rollout(tokenizer, prompts, group_size, p_ids, p_mask, c_ids, logps)
+
+
+def _spec(tokenizer, max_new_tokens: int, temperature: float, top_p: float, greedy: bool, engine: str = "auto"):
+    """The engine's `SampleSpec` of one rollout (EOS and padding from the tokenizer)."""
+    from .engine import SampleSpec
+
+    return SampleSpec(max_new_tokens=max_new_tokens, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
+                      temperature=temperature, top_p=top_p, greedy=greedy, engine=engine)
 
 
 def to_rollout(tokenizer, prompts, group_size, p_ids, p_mask, c_ids, logps) -> Rollout:
@@ -182,10 +190,10 @@ def generate(model, tokenizer, prompts: list, group_size: int, max_new_tokens: i
     if backend == "hf_generate":
         return hf_generate(model, tokenizer, prompts, group_size, max_new_tokens, temperature, top_p, greedy)
     if backend == "vllm":
-        from .engine.vllm_backend import vllm_sample
+        from .engine import vllm_sample
 
-        c_ids, logps = vllm_sample(engine, prompts, group_size, max_new_tokens, temperature, top_p, greedy,
-                                   tokenizer.pad_token_id)  # (B, T) each
+        spec = _spec(tokenizer, max_new_tokens, temperature, top_p, greedy)
+        c_ids, logps = vllm_sample(engine, prompts, group_size, spec)  # (B, T) each
         p_ids, p_mask = _prompts(tokenizer, prompts, group_size, "cpu")  # (B, P)
         return to_rollout(tokenizer, prompts, group_size, p_ids, p_mask, c_ids, logps)
     raise ValueError(f"backend={backend!r} is invalid; allowed: 'decoder' | 'hf' | 'hf_generate' | 'vllm'")

@@ -154,7 +154,7 @@ class Trainer:
 def _vllm_engine(cfg: TrainConfig):
     """The run's vLLM engine: the base model loaded once, LoRA enabled, memory share and sleep mode from cfg."""
     from .models import resolve_path
-    from .engine.vllm_backend import PolicyEngine, make_engine
+    from .engine import PolicyEngine, make_vllm_engine as make_engine
 
     llm = make_engine(resolve_path(cfg.model), max_lora_rank=cfg.lora_r, gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
                       dtype=cfg.dtype, enable_sleep_mode=cfg.vllm_sleep, seed=cfg.seed)

@@ -4,8 +4,9 @@ import copy
 import pytest
 import torch
 
-from gpolib.engine import attention_kernel, native, step_kernel
-from gpolib.engine.decoder import Decoder, read
+from gpolib.engine import attention_kernel, native
+from gpolib.engine.decoder import Decoder
+from gpolib.engine.weights import read
 from gpolib.models import load_policy
 
 MODEL = "data/models/tiny-qwen3"
@@ -95,8 +96,8 @@ def _greedy_logits(weights, tok, fused: bool, steps: int = 12) -> torch.Tensor:
     ids = torch.tensor([[tok.pad_token_id] * 3 + [5, 6, 7, 8], [9, 10, 11, 12, 13, 14, 15]])
     mask = (ids != tok.pad_token_id).long()
     pos = (mask.cumsum(1) - 1).clamp(min=0)
-    with native.disabled(not fused), native.disabled(True, step_kernel.ENV), torch.inference_mode():
-        dec = Decoder(weights, 2, 64)  # the per-layer step (the whole-step kernel off), attention fused or not
+    with torch.inference_mode():  # the per-layer step (the whole-step kernel off), attention fused or not
+        dec = Decoder(weights, 2, 64, kernels="attention" if fused else "none")
         assert dec.fused is (fused and weights["head"].dtype == torch.float32) and dec.fused_step is None
         logits = [dec.prefill(ids, mask, pos)]
         nxt, p = logits[0].argmax(-1), pos[:, -1] + 1

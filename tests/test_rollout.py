@@ -72,9 +72,9 @@ def test_select_and_concat_round_trip(policy):
 
 def test_vllm_missing_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)
-    from gpolib.engine.vllm_backend import vllm_sample
+    from gpolib.engine import SampleSpec, vllm_sample
     with pytest.raises(ImportError, match=r"gpolib\[vllm\]"):
-        vllm_sample(None, ["q"], 2, 8, 1.0, 1.0, False, 0)
+        vllm_sample(None, ["q"], 2, SampleSpec(max_new_tokens=8, eos_id=1, pad_id=0))
 
 
 def test_vllm_backend_imports_nothing_of_gpolib():

@@ -1,4 +1,4 @@
-"""The decoder sampler (`gpolib.engine.decoder.Decoder` behind `gpolib.engine.loop.sample`) against the model's own forward.
+"""The decoder sampler (`gpolib.engine.decoder.Decoder` behind `gpolib.engine.sample`) against the model's own forward.
 
 - float64: the decoder's logits at every step equal the transformers forward's on the same tokens
   (dense, MoE, Qwen2; LoRA with non-zero B; left-padded prompts of different lengths);
@@ -11,13 +11,15 @@
   the float32 forward as the transformers forward under the same autocast; a fully trained MoE router is read.
 """
 import copy
+import re
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Qwen2Config
 
-from gpolib.engine import loop as sampler
-from gpolib.engine.decoder import Decoder, Unsupported
+from gpolib.engine import Planner, SampleSpec, loop, sample
+from gpolib.engine.decoder import Decoder
+from gpolib.engine.weights import Unsupported, for_engine
 from gpolib.logprobs import completion_logps, position_ids
 from gpolib.models import EMBEDDED, load_policy, lora_config, tiny_config
 from gpolib.rollout import completion_masks, generate, tokenize_prompts
@@ -55,6 +57,10 @@ def random_model(arch: str, tok, dtype=torch.float32, lora: bool = True):
         base.config._experts_implementation = "eager"  # the grouped_mm kernel has no float64
     model = get_peft_model(base, lora_config(base, 4, 8)) if lora else base
     return _random_lora(model).eval()
+
+
+def _spec(tok, max_new_tokens: int, **kw) -> SampleSpec:
+    return SampleSpec(max_new_tokens=max_new_tokens, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id, **kw)
 
 
 def _prompt_batch(tok, group: int = 1):
@@ -107,7 +113,7 @@ def embedded(request):
 
 def test_greedy_equals_hf_sampler_and_generate(embedded, monkeypatch):
     model, tok = embedded
-    monkeypatch.setattr(sampler, "COMPACT_AT", 1e-9)  # compact on every finish: exercises `keep`
+    monkeypatch.setattr(loop, "COMPACT_AT", 1e-9)  # compact on every finish: exercises `keep`
     prompts = [t["prompt"] for t in load_tasks("data/tasks/heldout.jsonl")[:24]]
     ours = generate(model, tok, prompts, 1, 96, greedy=True, backend="decoder")
     hf = generate(model, tok, prompts, 1, 96, greedy=True, backend="hf")
@@ -147,7 +153,7 @@ def test_sampled_logps_agree_with_forward_embedded(embedded):
     model, tok = embedded
     ids, mask = _prompt_batch(tok, group=8)
     torch.manual_seed(1)
-    c, lp = sampler.sample(model, ids, mask, 96, tok.eos_token_id, tok.pad_token_id, engine="decoder")
+    c, lp = sample(model, ids, mask, _spec(tok, 96, engine="decoder"))
     _assert_agreement(_fp32_agreement(model, tok, ids, mask, c, lp))
 
 
@@ -157,8 +163,7 @@ def test_sampled_logps_agree_with_forward_random(arch, temperature, tok):
     model = random_model(arch, tok)
     ids, mask = _prompt_batch(tok, group=8)
     torch.manual_seed(2)
-    c, lp = sampler.sample(model, ids, mask, 64, tok.eos_token_id, tok.pad_token_id, temperature=temperature,
-                           engine="decoder")
+    c, lp = sample(model, ids, mask, _spec(tok, 64, temperature=temperature, engine="decoder"))
     a = _fp32_agreement(model, tok, ids, mask, c, lp, temperature)
     assert len(set(a["mask"].sum(1).tolist())) > 3  # rows finish at different times
     _assert_agreement(a)
@@ -172,9 +177,9 @@ def test_samples_do_not_depend_on_batch_compaction(tok, monkeypatch):
     ids, mask = _prompt_batch(tok, group=8)
     out = []
     for share in (1e-9, 2.0):
-        monkeypatch.setattr(sampler, "COMPACT_AT", share)
+        monkeypatch.setattr(loop, "COMPACT_AT", share)
         torch.manual_seed(3)
-        out.append(sampler.sample(model, ids, mask, 64, tok.eos_token_id, tok.pad_token_id, engine="decoder"))
+        out.append(sample(model, ids, mask, _spec(tok, 64, engine="decoder")))
     assert torch.equal(out[0][0], out[1][0])
     assert torch.allclose(out[0][1], out[1][1], atol=1e-5)
 
@@ -187,26 +192,29 @@ def test_samples_do_not_depend_on_the_plan(arch, tok):
     out = []
     for plan in ((1, 1), (2, 1), (1, 2), (3, 1)):
         torch.manual_seed(5)
-        out.append(sampler.sample(model, ids, mask, 48, tok.eos_token_id, tok.pad_token_id, plan=plan))
+        out.append(sample(model, ids, mask, _spec(tok, 48, plan=plan)))
     for ids_, lp in out[1:]:
         assert torch.equal(ids_, out[0][0])
         assert torch.allclose(lp, out[0][1], atol=1e-6)
 
 
-def test_plan_is_measured_then_cached(tok, monkeypatch):
-    from gpolib.engine import plan as sampling_plan
+def test_plan_is_measured_then_kept_by_its_planner(tok):
+    """A planner measures a batch's plan, keeps it for `recalibrate_every` calls, then measures again; its plans are
+    its own state (another planner, and the process's `engine.PLANNER`, have none of them)."""
+    from gpolib import engine
 
     model = random_model("dense", tok)
     ids, mask = _prompt_batch(tok, group=4)
-    monkeypatch.setattr(sampling_plan, "_PLANS", {})
-    monkeypatch.setattr(sampling_plan, "RECALIBRATE_EVERY", 2)
+    planner, other = Planner(recalibrate_every=2), Planner()
+    before = dict(engine.PLANNER.plans)
     seen = []
     with torch.inference_mode():
         torch.set_num_threads(2)
         for _ in range(3):
-            sampler.sample(model, ids, mask, 4, tok.eos_token_id, tok.pad_token_id, greedy=True)
-            seen.append(dict(sampling_plan.LAST))
+            sample(model, ids, mask, _spec(tok, 4, greedy=True), planner)
+            seen.append(dict(planner.last))
     assert [s["measured"] for s in seen] == [True, False, True]
+    assert len(planner.plans) == 1 and other.plans == {} and other.last == {} and engine.PLANNER.plans == before
     assert all((s["workers"], s["threads"]) in {(1, 1), (1, 2), (2, 1)} for s in seen)
     secs = seen[0]["seconds"]
     assert set(secs) == {"1x1", "1x2", "2x1"} and secs["1x1"] > 0 and all(v is None or v > 0 for v in secs.values())
@@ -220,7 +228,7 @@ def test_engines_draw_the_same_samples(embedded):
     outs = []
     for engine in ("decoder", "hf"):
         torch.manual_seed(4)
-        outs.append(sampler.sample(model, ids, mask, 96, tok.eos_token_id, tok.pad_token_id, engine=engine)[0])
+        outs.append(sample(model, ids, mask, _spec(tok, 96, engine=engine))[0])
     same = (outs[0] == outs[1]).all(dim=1).float().mean().item()
     assert same >= 0.9, same
 
@@ -229,12 +237,12 @@ def test_inverse_cdf_draw_frequencies():
     torch.manual_seed(0)
     p = torch.tensor([0.5, 0.3, 0.15, 0.05])
     logits = p.log().expand(200_000, 4)
-    tok, lp = sampler._draw(logits, 1.0, 1.0, torch.rand(len(logits)))
+    tok, lp = loop._draw(logits, 1.0, 1.0, torch.rand(len(logits)))
     freq = torch.bincount(tok, minlength=4).double() / len(tok)
     sigma = (p * (1 - p) / len(tok)).sqrt().double()
     assert ((freq - p.double()).abs() <= 5 * sigma).all(), freq
     assert torch.allclose(lp, p.log()[tok])
-    tok, _ = sampler._draw(logits[:20_000], 1.0, 0.7, torch.rand(20_000))  # nucleus {0, 1}
+    tok, _ = loop._draw(logits[:20_000], 1.0, 0.7, torch.rand(20_000))  # nucleus {0, 1}
     assert set(tok.tolist()) == {0, 1}
 
 
@@ -243,12 +251,27 @@ def test_unsupported_architecture_falls_back(tok):
                       intermediate_size=128, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
     model = AutoModelForCausalLM.from_config(cfg).eval()
     with pytest.raises(Unsupported):
-        sampler.make_engine(model, 2, 8, "decoder")
-    assert isinstance(sampler.make_engine(model, 2, 8, "auto"), sampler._HFModel)
+        for_engine(model, 8, "decoder")
+    assert for_engine(model, 8, "auto") is None and for_engine(model, 8, "hf") is None
     ids, mask = _prompt_batch(tok)
-    a = sampler.sample(model, ids, mask, 8, tok.eos_token_id, tok.pad_token_id, greedy=True)
-    b = sampler.sample(model, ids, mask, 8, tok.eos_token_id, tok.pad_token_id, greedy=True, engine="hf")
+    a = sample(model, ids, mask, _spec(tok, 8, greedy=True))
+    b = sample(model, ids, mask, _spec(tok, 8, greedy=True, engine="hf"))
     assert torch.equal(a[0], b[0])
+    with pytest.raises(Unsupported):
+        sample(model, ids, mask, _spec(tok, 8, greedy=True, engine="decoder"))
+
+
+def test_spec_is_frozen_and_checks_its_choices(tok):
+    spec = _spec(tok, 8)
+    assert (spec.max_new_tokens, spec.temperature, spec.top_p, spec.greedy, spec.engine, spec.plan) == (8, 1.0, 1.0,
+                                                                                                     False, "auto", None)
+    assert spec.kernels in ("all", "attention", "none")  # None resolved to the process's setting
+    with pytest.raises(AttributeError):
+        spec.max_new_tokens = 9
+    with pytest.raises(ValueError, match=re.escape("engine='vllm' is invalid; allowed: auto | decoder | hf")):
+        _spec(tok, 8, engine="vllm")
+    with pytest.raises(ValueError, match=re.escape("kernels='step' is invalid; allowed: all | attention | none")):
+        _spec(tok, 8, kernels="step")
 
 
 def _autocast_logps(model, tok, engine: str, group: int = 8) -> tuple:
@@ -257,7 +280,7 @@ def _autocast_logps(model, tok, engine: str, group: int = 8) -> tuple:
     ids, mask = _prompt_batch(tok, group=group)
     torch.manual_seed(4)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        c, lp = sampler.sample(model, ids, mask, 48, tok.eos_token_id, tok.pad_token_id, engine=engine, plan=(1, 1))
+        c, lp = sample(model, ids, mask, _spec(tok, 48, engine=engine, plan=(1, 1)))
     cm = completion_masks(c, tok.eos_token_id)[0]
     with torch.inference_mode():
         fp32 = completion_logps(model, ids, mask, c, cm)
@@ -273,7 +296,7 @@ def test_autocast_decoder_is_a_reduced_precision_engine(arch, tok):
     forward under the same autocast does (a genuine engine mismatch), not by float32 noise."""
     model = random_model(arch, tok)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        w = sampler.decoder_weights(model, 32, "decoder")
+        w = for_engine(model, 32, "decoder")
         dec = Decoder(w, 2, 32)
     assert w["head"].dtype == w["layers"][0]["w_qkv"].dtype == dec.k.dtype == dec.v.dtype == torch.bfloat16
     assert w["embed"].dtype == w["cos"].dtype == torch.float32  # the residual stream and RoPE stay in float32

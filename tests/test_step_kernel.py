@@ -6,7 +6,8 @@ import torch
 from transformers import AutoModelForCausalLM, Qwen2Config, Qwen3Config
 
 from gpolib.engine import native, step_kernel
-from gpolib.engine.decoder import Decoder, read
+from gpolib.engine.decoder import Decoder
+from gpolib.engine.weights import read
 from gpolib.runtime import cpu_threads
 
 VOCAB = 99
@@ -45,8 +46,8 @@ def _greedy(weights, steps: int = 20, fused: bool = True, threads: int = 1):
     """Logits (steps + 1, 3, V) of a greedy decode of PROMPTS (the argmax fed back), and the decoder."""
     mask = (PROMPTS != 0).long()
     pos = (mask.cumsum(1) - 1).clamp(min=0)
-    with native.disabled(not fused), torch.inference_mode():
-        dec = Decoder(weights, 3, PROMPTS.shape[1] + steps)
+    with torch.inference_mode():
+        dec = Decoder(weights, 3, PROMPTS.shape[1] + steps, kernels="all" if fused else "none")
         logits = [dec.prefill(PROMPTS, mask, pos)]
         nxt, p = logits[0].argmax(-1), pos[:, -1] + 1
         for t in range(steps):
@@ -108,8 +109,11 @@ def test_only_dense_float32_cpu_weights_are_served():
     w = read(model, 32)
     moe_like = {**w, "layers": [{k: v for k, v in lw.items() if k != "w_gu"} for lw in w["layers"]]}
     assert not step_kernel.supports(moe_like)
-    with native.disabled():
-        assert not step_kernel.supports(w) and Decoder(w, 2, 32).fused_step is None
+    assert Decoder(w, 2, 32, kernels="all").fused_step is not None
+    per_layer, torch_only = Decoder(w, 2, 32, kernels="attention"), Decoder(w, 2, 32, kernels="none")
+    assert per_layer.fused and per_layer.fused_step is None and not torch_only.fused and torch_only.fused_step is None
+    with pytest.raises(ValueError, match="kernels='step' is invalid"):
+        Decoder(w, 2, 32, kernels="step")
     with pytest.raises(ValueError, match="dense model's float32"):
         step_kernel.FusedStep(read(copy.deepcopy(model).double(), 32))
 
@@ -176,3 +180,33 @@ def test_the_matmul_without_avx512_is_the_same_product():
         assert fn(a.data_ptr(), k, m, k, packed.data_ptr(), out.shape[1], out.data_ptr(), out.shape[1], 0) == 0
         assert torch.allclose(out[:, :n].double(), a.double() @ w.double(), atol=1e-5 * k ** 0.5, rtol=1e-5)
         assert torch.equal(out, step_kernel.gemm(a, packed))  # same order of sums as the AVX-512 build
+
+
+
+@pytest.fixture
+def fresh_setting():
+    """The kernel setting read again after the test (after monkeypatch has restored the environment)."""
+    native.kernels_setting.cache_clear()
+    yield
+    native.kernels_setting.cache_clear()
+
+
+def _setting(monkeypatch, decode: str | None, step: str | None) -> str:
+    for env, value in ((native.DECODE_ENV, decode), (native.STEP_ENV, step)):
+        if value is None:
+            monkeypatch.delenv(env, raising=False)
+        else:
+            monkeypatch.setenv(env, value)
+    native.kernels_setting.cache_clear()
+    return native.kernels_setting()
+
+
+def test_the_kernel_setting_is_read_once_from_the_environment(fresh_setting, monkeypatch):
+    """GPOLIB_DECODE_KERNEL=0 -> 'none', GPOLIB_STEP_KERNEL=0 -> 'attention', neither -> 'all'; read on the first
+    call only (the environment is never written), and the default of a decoder built without `kernels`."""
+    cases = [(None, None), ("0", None), ("1", "off"), (None, "0"), ("no", "0")]
+    assert [_setting(monkeypatch, d, s) for d, s in cases] == ["all", "none", "attention", "attention", "none"]
+    monkeypatch.delenv(native.DECODE_ENV)
+    monkeypatch.delenv(native.STEP_ENV)
+    assert native.kernels_setting() == "none"  # read once: the change after the first call is not seen
+    assert not Decoder(read(_model("qwen3"), 32), 2, 32).fused

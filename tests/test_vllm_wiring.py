@@ -76,8 +76,8 @@ def test_vllm_validation():
 
 
 def test_without_vllm_the_error_names_the_extra():
-    from gpolib.engine.vllm_backend import INSTALL_HINT, make_engine
+    from gpolib.engine import INSTALL_HINT, make_vllm_engine
 
     with pytest.raises(ImportError, match="gpolib\\[vllm\\]"):
-        make_engine("data/models/tiny-qwen3")
+        make_vllm_engine("data/models/tiny-qwen3")
     assert "CUDA" in INSTALL_HINT

@@ -3,16 +3,17 @@
 Used by `python -m gpolib bench` (its sampler line, on the benchmark's model, prompts and budget) and by
 `benchmarks/sampler_speed.py` (random-weight models, --no-eos, more repeats).
 
-Configurations (`gpolib.sampler.sample(engine=..., plan=...)`), with n = the process's threads:
+Configurations (`gpolib.engine.sample` with `SampleSpec(engine=..., plan=..., kernels=...)`), with n = the process's
+threads:
   hf@1          the transformers forward with a DynamicCache, finished rows dropped, one thread: the
                 default `hf` backend before issue 20 (TrainConfig.rollout_threads was 1);
   hf@n          the same with n threads;
-  decoder       `gpolib.decode.Decoder` (preallocated KV cache, fused projections, LoRA folded in) with
-                the plan measured by `gpolib.sampling_plan` among the three below: the new default;
+  decoder       the engine's `Decoder` (preallocated KV cache, fused projections, LoRA folded in) with
+                the plan measured by a `gpolib.engine.Planner` among the three below: the new default;
   decoder WxT   the decoder with W row shards of T threads each (1x1, 1xn, nx1);
-  decoder WxT, per layer   the same without the whole-step kernel (`gpolib.step_kernel`): torch per layer,
-                attention by the fused kernel (`gpolib.attention_kernel`), listed where the kernels are built;
-  decoder WxT, torch   without either kernel: torch throughout (attention as bmm, softmax, bmm);
+  decoder WxT, per layer   the same without the whole-step kernel (kernels='attention'): torch per layer,
+                attention by the fused kernel, listed where the kernels are built;
+  decoder WxT, torch   without either kernel (kernels='none'): torch throughout (attention as bmm, softmax, bmm);
   generate@1    `transformers.generate` (optional).
 Repeats are interleaved (hf@1, hf@n, decoder, ..., hf@1, ...) so that load from other jobs falls on all;
 each repeat uses its own sampling seed, the same for every configuration (with an EOS the lengths still
@@ -29,8 +30,7 @@ import time
 
 import torch
 
-from ..engine import attention_kernel, native, step_kernel
-from ..engine.loop import sample
+from ..engine import Planner, SampleSpec, kernels_built, sample
 
 
 def prompt_batch(tok, prompts: list, group_size: int) -> tuple:
@@ -66,54 +66,61 @@ def _lengths(c: torch.Tensor, eos: int) -> torch.Tensor:
     return ((is_eos.cumsum(dim=1) - is_eos) == 0).sum(dim=1)
 
 
+KERNEL_LABELS = {"per layer": "attention", "torch": "none"}
+"""configuration label -> the decoder's kernels (`SampleSpec.kernels`): without the whole-step kernel; without any"""
+
+
 def configurations(n: int, with_generate: bool) -> dict:
     """name -> (engine, torch threads, decoder plan[, kernels]): today's default first, then the new default.
-    kernels "per layer": without the whole-step kernel (`gpolib.step_kernel`); "torch": without any (where the
-    kernels are available)."""
+    kernels (`KERNEL_LABELS`) 'attention': without the whole-step kernel; 'none': without any (listed where the
+    kernels are built); absent: the process's setting."""
     out = {"hf@1": ("hf", 1, None), f"hf@{n}": ("hf", n, None), "decoder": ("decoder", n, None),
            "decoder 1x1": ("decoder", 1, (1, 1)), f"decoder 1x{n}": ("decoder", n, (1, n)),
            f"decoder {n}x1": ("decoder", n, (n, 1))}
     if n == 1:
         out = {k: out[k] for k in ("hf@1", "decoder")}
-    if attention_kernel.available():
-        for kernels in ("per layer", "torch"):
-            out[f"decoder 1x1, {kernels}"] = ("decoder", 1, (1, 1), kernels)
+    if kernels_built():
+        for label, kernels in KERNEL_LABELS.items():
+            out[f"decoder 1x1, {label}"] = ("decoder", 1, (1, 1), kernels)
             if n > 1:
-                out[f"decoder {n}x1, {kernels}"] = ("decoder", n, (n, 1), kernels)
+                out[f"decoder {n}x1, {label}"] = ("decoder", n, (n, 1), kernels)
     if with_generate:
         out["generate@1"] = ("generate", 1, None)
     return out
 
 
-def run_engine(model, tok, ids, mask, conf: tuple, T: int, eos: int, seed: int, autocast: str | None = None) -> dict:
-    """One batch with one configuration: wall and process CPU seconds, completion tokens and lengths.
-    autocast: 'bfloat16' / 'float16' samples under torch.autocast (a reduced-precision engine), None in fp32."""
-    from ..engine import plan as sampling_plan
+def run_engine(model, tok, ids, mask, conf: tuple, T: int, eos: int, seed: int, autocast: str | None = None,
+               planner: Planner | None = None) -> dict:
+    """One batch with one configuration: wall and process CPU seconds, completion tokens and lengths, the plan.
+    autocast: 'bfloat16' / 'float16' samples under torch.autocast (a reduced-precision engine), None in fp32.
+    planner: where the decoder's measured plans are kept (None: a new one, measured on this call)."""
     from ..rollout import autocast as autocast_ctx
 
     engine, threads, plan = conf[:3]
+    planner = Planner() if planner is None else planner
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
     t0, c0 = time.perf_counter(), time.process_time()
-    kernels = conf[3] if len(conf) > 3 else "all"
-    with autocast_ctx(autocast, ids.device), native.disabled(kernels == "torch"), \
-            native.disabled(kernels == "per layer", step_kernel.ENV):
-        c = _sample(model, tok, ids, mask, engine, plan, T, eos)
+    with autocast_ctx(autocast, ids.device):
+        c = _sample(model, tok, ids, mask, conf, T, eos, planner)
     lengths = _lengths(c, eos)
     return {"s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0, "tokens": int(lengths.sum()),
-            "lengths": lengths, "plan": dict(sampling_plan.LAST) if engine == "decoder" and plan is None else None}
+            "lengths": lengths, "plan": dict(planner.last) if engine == "decoder" and plan is None else None}
 
 
-def _sample(model, tok, ids, mask, engine: str, plan, T: int, eos: int) -> torch.Tensor:
+def _sample(model, tok, ids, mask, conf: tuple, T: int, eos: int, planner: Planner) -> torch.Tensor:
     """Completion ids (B, T') of one configuration."""
     from ..lora import merged_lora
 
+    engine, _, plan = conf[:3]
     if engine == "generate":
         with merged_lora(model):
             out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=T, do_sample=True, top_k=0,
                                  eos_token_id=eos, pad_token_id=tok.pad_token_id)
         return out[:, ids.shape[1]:]
-    return sample(model, ids, mask, T, eos, tok.pad_token_id, engine=engine, plan=plan)[0]
+    spec = SampleSpec(max_new_tokens=T, eos_id=eos, pad_id=tok.pad_token_id, engine=engine, plan=plan,
+                      kernels=conf[3] if len(conf) > 3 else None)
+    return sample(model, ids, mask, spec, planner)[0]
 
 
 def measure(model, tok, ids, mask, max_new_tokens: int, n: int, repeats: int, no_eos: bool = False,
@@ -122,12 +129,13 @@ def measure(model, tok, ids, mask, max_new_tokens: int, n: int, repeats: int, no
     `autocast`'s dtype when given: the reduced-precision engine of `TrainConfig.rollout_autocast`)."""
     eos = -1 if no_eos else tok.eos_token_id
     confs = configurations(n, with_generate)
+    planner = Planner()  # the measured plans of this measurement, re-measured as in training
     for c in confs.values():
-        run_engine(model, tok, ids, mask, c, 8, eos, 0, autocast)
+        run_engine(model, tok, ids, mask, c, 8, eos, 0, autocast, planner)
     runs = {k: [] for k in confs}
     for rep in range(repeats):
         for k, c in confs.items():
-            runs[k].append(run_engine(model, tok, ids, mask, c, max_new_tokens, eos, 1000 + rep, autocast))
+            runs[k].append(run_engine(model, tok, ids, mask, c, max_new_tokens, eos, 1000 + rep, autocast, planner))
     out = {"threads": n, "autocast": autocast, "configurations": {}, "speedups": {}}
     for k, rs in runs.items():
         secs = sum(r["s"] for r in rs)

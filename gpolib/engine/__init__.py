@@ -1,1 +1,64 @@
-"""How tokens are sampled: the CPU decoder, its C++ kernels, the sampling plan, the transformers and vLLM backends."""
+"""How tokens are sampled, behind one call: `sample(model, prompt_ids, prompt_mask, spec)`.
+
+`spec` is a `SampleSpec` (max_new_tokens, eos_id, pad_id, temperature, top_p, greedy, engine, plan, kernels), passed
+whole, by name, to the bottom of the engine. Where the work happens:
+  spec.py              `SampleSpec` and the engine choices
+  loop.py              the decode loop: inverse-CDF draws from per-row uniforms, finished rows dropped from the
+                       batch; `HFNet`, the transformers forward with a KV cache (engine 'hf', the reference)
+  decoder.py           `Decoder`: the Qwen3 / Qwen3-MoE / Qwen2 layers re-written for decoding (preallocated KV
+                       cache, fused projections, LoRA folded in), engine 'decoder' and 'auto' where supported
+  weights.py           the weights the decoder computes with, read from the (peft) model
+  plan.py              `Planner`: row shards x threads on the CPU, chosen by timing and kept; `run` on shards
+  step_kernel.py       a whole dense float32 decode step in one C++ call
+  attention_kernel.py  a decode step's attention in one C++ call per layer
+  native.py            builds and loads kernels/*.cpp; the kernel setting (`KERNELS`, `kernels_setting`)
+  vllm_backend.py      vLLM's `LLM.generate` with the policy as a LoRA adapter (`PolicyEngine`, `vllm_sample`)
+The loop (`gpolib.rollout`, `gpolib.train`) imports this package only, never its modules.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..lora import merged_lora
+from . import attention_kernel
+from .loop import HFNet, after_eos_padded, decode_loop
+from .native import KERNELS
+from .plan import Planner, run
+from .spec import ENGINES, SampleSpec
+from .vllm_backend import INSTALL_HINT, PolicyEngine, vllm_sample
+from .vllm_backend import make_engine as make_vllm_engine
+from .weights import for_engine
+
+__all__ = ["ENGINES", "INSTALL_HINT", "KERNELS", "PLANNER", "Planner", "PolicyEngine", "SampleSpec", "kernels_built",
+           "make_vllm_engine", "sample", "vllm_sample"]
+
+PLANNER = Planner()
+"""the plans of this process's decoder batches, used by `sample` unless a call passes its own planner"""
+
+
+@torch.inference_mode()
+def sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, spec: SampleSpec,
+           planner: Planner | None = None) -> tuple:
+    """prompt_ids / prompt_mask (B, P) left-padded -> completion ids (B, T) (pad after EOS), sampling log-probs (B, T),
+    T <= spec.max_new_tokens.
+
+    One uniform per row and step is drawn first (B, spec.max_new_tokens) from torch's generator (none when greedy),
+    so the samples do not depend on the plan or on batch compaction. The decoder runs where `spec.engine` allows and
+    the model is supported, on `spec.plan` or the planner's (default `PLANNER`); else the transformers forward with
+    the LoRA adapters merged.
+    """
+    B, P = prompt_ids.shape
+    u = None if spec.greedy else torch.rand(B, spec.max_new_tokens, device=prompt_ids.device)  # (B, T) uniforms
+    weights = for_engine(model, P + spec.max_new_tokens, spec.engine)
+    if weights is None:
+        with merged_lora(model):
+            ids, lp = decode_loop(HFNet(model), prompt_ids, prompt_mask, spec, u)
+    else:
+        workers, threads = spec.plan or (planner or PLANNER).plan(weights, prompt_ids, prompt_mask, spec.kernels)
+        ids, lp = run(weights, prompt_ids, prompt_mask, spec, u, workers, threads)
+    return after_eos_padded(ids, lp, spec.eos_id, spec.pad_id)
+
+
+def kernels_built() -> bool:
+    """gpolib's C++ kernels are built for this machine (else every decoder step is torch, whatever `spec.kernels`)."""
+    return attention_kernel.available()

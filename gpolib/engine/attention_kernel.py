@@ -5,9 +5,9 @@ the cached positions (`benchmarks/decode_attention.py`). As batched matmuls (`bm
 costs a fixed overhead that exceeds its arithmetic; the kernel does scores, padding bias, softmax and the sum of
 values in one pass per product, reading the cache once, straight from its strided views.
 
-`attend` is what `decode.Decoder.step` calls for a float32 cache on the CPU when `available()` and the whole step
-is not fused (`step_kernel`: MoE models); otherwise (no C++ compiler, another dtype or device,
-GPOLIB_DECODE_KERNEL=0) the decoder keeps its torch path. `native` builds and loads the library. Tested against the
+`attend` is what `decoder.Decoder.step` calls for a float32 cache on the CPU when `available()` and the whole step
+is not fused (`step_kernel`: MoE models, or kernels='attention'); otherwise (no C++ compiler, another dtype or
+device, kernels='none') the decoder keeps its torch path. `native` builds and loads the library. Tested against the
 torch path and the transformers forward (tests/test_attention_kernel.py, tests/test_sampler.py).
 """
 from __future__ import annotations
@@ -29,8 +29,8 @@ def _function():
 
 
 def available() -> bool:
-    """The kernel is enabled (`native.ENV`) and built for this machine."""
-    return native.enabled() and _function() is not None
+    """The kernel is built for this machine."""
+    return _function() is not None
 
 
 def usable(cache: torch.Tensor) -> bool:

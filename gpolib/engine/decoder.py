@@ -2,7 +2,7 @@
 
 The transformers forward spends most of a small model's decode step outside the arithmetic: a
 `DynamicCache` that grows by concatenation (O(T^2) copies), one kernel per projection, masks and
-position tensors rebuilt every step. `Decoder` computes with the weights of `decode_weights.read`
+position tensors rebuilt every step. `Decoder` computes with the weights of `weights.read`
 (LoRA folded in, fused projections, norm weights folded into matmuls) and keeps
   - a preallocated KV cache: keys (n_layers, B, n_kv, d, S), stored transposed so that the score
     product reads rows of length S, and values (n_layers, B, n_kv, S, d), written in place;
@@ -11,20 +11,21 @@ position tensors rebuilt every step. `Decoder` computes with the weights of `dec
   - a RoPE table for positions 0..S-1 from the model's own rotary module;
   - finished rows leave the batch through `keep` (one copy of the used columns).
 A float32 decode step on the CPU of a dense model is one call of the C++ kernel of `step_kernel` (every layer, all
-rows); of a MoE model, the attention is one call per layer of `attention_kernel`'s (scores, padding bias, softmax
-and values in one pass over the cache), the rest torch. Where the kernels are not built, and in other dtypes or on
-other devices, the step is torch throughout (attention as bmm, softmax, bmm).
+rows); of a MoE model (or with kernels='attention'), the attention is one call per layer of `attention_kernel`'s
+(scores, padding bias, softmax and values in one pass over the cache), the rest torch. Where the kernels are not
+built, with kernels='none', and in other dtypes or on other devices, the step is torch throughout (attention as
+bmm, softmax, bmm).
 Every equation is the model's own: RMSNorm x / sqrt(mean(x^2) + eps) in fp32 (weight in the next
 matmul); q/k head norms (Qwen3); RoPE x cos + rotate_half(x) sin; softmax(q k^T / sqrt(d) + mask) v
 with grouped KV heads; SwiGLU down(silu(gate x) * up x); MoE top-k of softmax(router x) (fp32),
 renormalised if the config says so. In float64 the logits equal the transformers forward's bit for bit
 on the embedded models (tests/test_sampler.py).
 
-Reduced precision (a bf16 / fp16 rollout engine, `TrainConfig.rollout_autocast`): `decode_weights.read` under
+Reduced precision (a bf16 / fp16 rollout engine, `TrainConfig.rollout_autocast`): `weights.read` under
 torch.autocast gives the matrices in the autocast dtype; every matmul then casts its input to that dtype and
 its output back to the residual stream's (`_mm`), the KV cache is kept in that dtype, and everything else
 (norms, RoPE, softmax, SiLU, the residual stream, the draw) stays in float32, the split of autocast's own op
-lists. The casts are explicit, so the sampling threads of `sampling_plan` (autocast is thread-local) compute
+lists. The casts are explicit, so the sampling threads of `plan` (autocast is thread-local) compute
 the same.
 """
 from __future__ import annotations
@@ -32,8 +33,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from . import attention_kernel, step_kernel
-from .weights import SUPPORTED, Unsupported, read  # noqa: F401  (re-exported)
+from . import attention_kernel, native, step_kernel
+from .weights import read
 
 MOE_DENSE_BELOW = 32
 """MoE with fewer tokens than this: every expert on every token as two matmuls (routing weights 0 off the
@@ -107,17 +108,21 @@ def _mlp(h: torch.Tensor, x: torch.Tensor, lw: dict) -> torch.Tensor:
 
 
 class Decoder:
-    """A supported causal LM's weights and a KV cache for `batch` rows of `max_len` positions.
+    """A supported causal LM's weights and a KV cache for `batch` rows of `width` positions (prompt + new tokens).
 
     Rows live in the first `b` slots of the cache; `keep` moves the rows that go on to the front.
     Column c of the cache holds position c of the left-padded sequence (prompt columns 0..P-1, then
     one column per new token), so every row writes the same column at each step.
     """
 
-    def __init__(self, source, batch: int, max_len: int, threads: int = 0):
-        """source: a model, or its weights read by `decode_weights.read(model, max_len)` (shared by shards).
-        threads: the kernels' threads per step (0: torch's setting at each step)."""
-        w = source if isinstance(source, dict) else read(source, max_len)
+    def __init__(self, source, batch: int, width: int, threads: int = 0, kernels: str | None = None):
+        """source: a model, or its weights read by `weights.read(model, width)` (shared by shards).
+        threads: the kernels' threads per step (0: torch's setting at each step).
+        kernels: which C++ kernels may serve the steps, one of `native.KERNELS` (None: `native.kernels_setting()`)."""
+        w = source if isinstance(source, dict) else read(source, width)
+        kernels = kernels or native.kernels_setting()
+        if kernels not in native.KERNELS:
+            raise ValueError(f"kernels={kernels!r} is invalid; allowed: {' | '.join(native.KERNELS)}")
         self.embed, self.head, self.layers = w["embed"], w["head"], w["layers"]
         self.cos, self.sin, self.d, self.n_q, self.n_kv = w["cos"], w["sin"], w["d"], w["n_q"], w["n_kv"]
         dev, dtype = self.embed.device, self.embed.dtype  # the residual stream's dtype
@@ -126,12 +131,13 @@ class Decoder:
         self.qk_eps = [None if lw["qk_eps"] is None else torch.tensor(lw["qk_eps"], dtype=self.eps.dtype, device=dev)
                        for lw in self.layers]
         shape = (len(self.layers), batch, self.n_kv)
-        span = -(-max_len // 16) * 16  # key rows padded to 16 columns: the kernels read the last positions whole
-        self.k = torch.zeros(*shape, self.d, span, dtype=self.kv_dtype, device=dev)  # keys stored transposed
-        self.v = torch.zeros(*shape, max_len, self.d, dtype=self.kv_dtype, device=dev)
+        key_cols = -(-width // 16) * 16  # key rows padded to 16 columns: the kernels read the last positions whole
+        self.k = torch.zeros(*shape, self.d, key_cols, dtype=self.kv_dtype, device=dev)  # keys stored transposed
+        self.v = torch.zeros(*shape, width, self.d, dtype=self.kv_dtype, device=dev)
         self.bias = None  # (B nkv, 1, P): -inf on left padding, set by prefill; None: no padding
-        self.fused = attention_kernel.usable(self.k)  # a step's attention in one kernel call per layer
-        self.fused_step = step_kernel.for_weights(w) if self.fused and step_kernel.supports(w) else None  # or all of it
+        self.fused = kernels != "none" and attention_kernel.usable(self.k)  # a step's attention in one call per layer
+        whole = self.fused and kernels == "all" and step_kernel.supports(w)  # or all of it
+        self.fused_step = step_kernel.for_weights(w) if whole else None
         self.threads = threads
 
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:

@@ -1,15 +1,10 @@
-"""Sampling loops that drop finished rows from the batch.
+"""The decode loop of `gpolib.engine.sample`: one token per row and step, finished rows dropped from the batch.
 
-`transformers.generate` keeps every row in the batch until the longest one ends, so late decode
-steps spend most of their compute on rows that only emit padding. Here rows that produced EOS leave
-the batch (their cache rows too) once they make up a share `COMPACT_AT` of it.
-
-Two engines share the loop:
-  "decoder"  `gpolib.decode.Decoder`: the model's layers re-written for decoding (preallocated KV
-             cache, fused projections, LoRA folded in); Qwen3, Qwen3-MoE and Qwen2 models;
-  "hf"       the transformers forward with a `DynamicCache` (any causal LM; the reference).
-engine="auto" takes the decoder where it supports the model. Both return the same greedy tokens and
-log-probs within 1e-5 of the model's forward (tests/test_sampler.py).
+`transformers.generate` keeps every row in the batch until the longest one ends, so late decode steps spend most of
+their compute on rows that only emit padding. Here rows that produced EOS leave the batch (their cache rows too)
+once they make up a share `COMPACT_AT` of it. The loop runs on a net with `prefill`, `step` and `keep`: a
+`decoder.Decoder`, or `HFNet`, the transformers forward with a `DynamicCache` (any causal LM; the reference).
+Both return the same greedy tokens and log-probs within 1e-5 of the model's forward (tests/test_sampler.py).
 """
 from __future__ import annotations
 
@@ -19,13 +14,10 @@ import torch
 from transformers import DynamicCache
 
 from ..logprobs import position_ids
-from . import plan as sampling_plan
-from ..lora import merged_lora
 
 COMPACT_AT = 0.25
 """compact the batch when this share of its rows has finished (the transformers engine copies every row
 that goes on; the decoder moves only the rows that fill holes, see `_fill_holes`)"""
-ENGINES = ("auto", "decoder", "hf")
 
 
 def _top_p_filter(logp: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -53,15 +45,15 @@ def _draw(logits: torch.Tensor, temperature: float, top_p: float, u: torch.Tenso
     return tok, logp.gather(1, tok.unsqueeze(1)).squeeze(1)
 
 
-def _after_eos_padded(ids: torch.Tensor, lp: torch.Tensor, eos_id: int, pad_id: int) -> tuple:
+def after_eos_padded(ids: torch.Tensor, lp: torch.Tensor, eos_id: int, pad_id: int) -> tuple:
     """Pad ids and zero log-probs after each row's first EOS. (B, T) each."""
     is_eos = (ids == eos_id).long()
     after = (is_eos.cumsum(dim=1) - is_eos) > 0  # an EOS strictly earlier
     return ids.masked_fill(after, pad_id), lp.masked_fill(after, 0.0)
 
 
-class _HFModel:
-    """The transformers forward with a `DynamicCache`, behind the interface of `decode.Decoder`."""
+class HFNet:
+    """The transformers forward with a `DynamicCache`, behind the interface of `decoder.Decoder`."""
 
     def __init__(self, model):
         self.model, self.cache, self.attn = model, DynamicCache(), None
@@ -81,52 +73,6 @@ class _HFModel:
         self.attn = self.attn[rows]
 
 
-def make_engine(model, batch: int, max_len: int, engine: str = "auto"):
-    """The decoder for supported models (engine 'auto' or 'decoder'), else the transformers forward."""
-    weights = decoder_weights(model, max_len, engine)
-    if weights is None:
-        return _HFModel(model)
-    from .decoder import Decoder
-
-    return Decoder(weights, batch, max_len)
-
-
-def decoder_weights(model, max_len: int, engine: str = "auto"):
-    """`decode_weights.read(model, max_len)` where the decoder supports the model and engine allows it, else None."""
-    if engine not in ENGINES:
-        raise ValueError(f"engine={engine!r} is invalid; allowed: {' | '.join(ENGINES)}")
-    if engine == "hf":
-        return None
-    from .weights import Unsupported, read
-    try:
-        return read(model, max_len)
-    except Unsupported:
-        if engine == "decoder":
-            raise
-        return None
-
-
-@torch.inference_mode()
-def sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, max_new_tokens: int, eos_id: int,
-           pad_id: int, temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False,
-           engine: str = "auto", plan: tuple | None = None) -> tuple:
-    """prompt_ids/mask (B, P) left-padded -> completion ids (B, T) (pad after EOS), sampling logps (B, T).
-
-    plan: (row shards, torch threads) for the decoder on CPU; None: measured (`sampling_plan.plan`).
-    """
-    B, P = prompt_ids.shape
-    u = None if greedy else torch.rand(B, max_new_tokens, device=prompt_ids.device)  # (B, T) uniforms
-    args = (max_new_tokens, eos_id, pad_id, temperature, top_p)
-    weights = decoder_weights(model, P + max_new_tokens, engine)
-    if weights is None:
-        with merged_lora(model):
-            ids, lp = _loop(_HFModel(model), prompt_ids, prompt_mask, *args, u)
-    else:
-        plan = plan or sampling_plan.plan(weights, prompt_ids, prompt_mask, _loop)
-        ids, lp = sampling_plan.run(weights, prompt_ids, prompt_mask, _loop, args, u, *plan)
-    return _after_eos_padded(ids, lp, eos_id, pad_id)
-
-
 def _fill_holes(done: torch.Tensor) -> torch.Tensor:
     """Indices of the rows that go on (b',), ordered to move as few as possible: the n live rows below n
     stay where they are, the live rows at n or above fill the holes left by finished rows below n."""
@@ -136,16 +82,16 @@ def _fill_holes(done: torch.Tensor) -> torch.Tensor:
     return keep
 
 
-def _loop(net, prompt_ids, prompt_mask, max_new_tokens: int, eos_id: int, pad_id: int, temperature: float,
-          top_p: float, u, deadline: float | None = None) -> tuple:
-    """The decode loop of `sample` on an engine (`Decoder` or `_HFModel`) -> ids, logps (B, T), T <= max_new_tokens.
+def decode_loop(net, prompt_ids, prompt_mask, spec, u, deadline: float | None = None) -> tuple:
+    """`spec` (a `SampleSpec`) on a net (`Decoder` or `HFNet`) -> ids, logps (B, T), T <= spec.max_new_tokens.
 
-    Tokens of the rows in the batch go to (b, T) buffers by plain column writes; a row leaving the batch
-    (compaction) is copied out once. Rows keep running past their EOS until compaction (pad is fed in).
-    deadline: a `time.perf_counter()` value after which the loop stops early (calibration runs only).
+    u: (B, spec.max_new_tokens) uniforms, one per row and step, or None (greedy). Tokens of the rows in the batch go
+    to (b, T) buffers by plain column writes; a row leaving the batch (compaction) is copied out once. Rows keep
+    running past their EOS until compaction (pad is fed in). deadline: a `time.perf_counter()` value after which
+    the loop stops early (the plan's calibration runs only).
     """
-    (B, P), dev = prompt_ids.shape, prompt_ids.device
-    out_ids = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=dev)
+    (B, P), dev, max_new_tokens = prompt_ids.shape, prompt_ids.device, spec.max_new_tokens
+    out_ids = torch.full((B, max_new_tokens), spec.pad_id, dtype=torch.long, device=dev)
     out_lp = torch.zeros(B, max_new_tokens, device=dev)
     cur_ids, cur_lp = out_ids.clone(), out_lp.clone()  # rows still in the batch
     pos = position_ids(prompt_mask)  # (B, P)
@@ -155,10 +101,10 @@ def _loop(net, prompt_ids, prompt_mask, max_new_tokens: int, eos_id: int, pad_id
     done = torch.zeros(B, dtype=torch.bool, device=dev)  # finished rows still in the batch
     T = 0
     for t in range(max_new_tokens):
-        tok, lp = _draw(logits, temperature, top_p, None if u is None else u[:, t])
+        tok, lp = _draw(logits, spec.temperature, spec.top_p, None if u is None else u[:, t])
         cur_ids[:, t], cur_lp[:, t] = tok, lp
         T = t + 1
-        done = done | (tok == eos_id)
+        done = done | (tok == spec.eos_id)
         n_done = int(done.sum())
         if n_done == len(rows) or T == max_new_tokens or (deadline and time.perf_counter() > deadline):
             break
@@ -168,7 +114,7 @@ def _loop(net, prompt_ids, prompt_mask, max_new_tokens: int, eos_id: int, pad_id
             net.keep(keep, P + t)
             rows, pos, tok, done = rows[keep], pos[keep], tok[keep], done[keep]
             cur_ids, cur_lp, u = cur_ids[keep], cur_lp[keep], None if u is None else u[keep]
-        logits = net.step(tok.masked_fill(done, pad_id), pos, P + t)
+        logits = net.step(tok.masked_fill(done, spec.pad_id), pos, P + t)
         pos = pos + 1
     out_ids[rows], out_lp[rows] = cur_ids, cur_lp
     return out_ids[:, :T], out_lp[:, :T]

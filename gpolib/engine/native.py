@@ -1,16 +1,19 @@
-"""gpolib's C++ kernels (`gpolib/kernels`): built once per machine with its C++ compiler, loaded through ctypes.
+"""gpolib's C++ kernels (`gpolib/engine/kernels`): built once per machine with its C++ compiler, loaded through ctypes.
 
 The kernels are the fused decode attention (`attention_kernel`) and the fused dense decode step (`step_kernel`);
-`decode.Decoder` calls them for float32 decoding on the CPU. Every source in `kernels/` is compiled into one shared
+`decoder.Decoder` calls them for float32 decoding on the CPU. Every source in `kernels/` is compiled into one shared
 library with the machine's C++ compiler (`CXX`, default g++) at first use, for this CPU (-march=native), into
 `$GPOLIB_CACHE_DIR/kernels` (default ~/.cache/gpolib/kernels), under a name that hashes the sources, the flags, the
 compiler's version and the CPU's flags, so a shared home on another CPU builds its own. Without a compiler the
-library is None (one warning) and the decoder keeps its torch path; GPOLIB_DECODE_KERNEL=0 turns the kernels off
-(`disabled()` within a block), e.g. to compare the two.
+library is None (one warning) and the decoder keeps its torch path.
+
+Which kernels a decoder uses is an argument (`Decoder(kernels=...)`, `SampleSpec.kernels`: one of KERNELS); its
+default is the process's setting, read once from the environment by `kernels_setting` and never written:
+GPOLIB_DECODE_KERNEL=0 turns both kernels off ('none'), GPOLIB_STEP_KERNEL=0 the whole-step kernel alone
+('attention'), e.g. to compare the paths.
 """
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import functools
 import hashlib
@@ -22,39 +25,32 @@ from pathlib import Path
 
 from .. import paths
 
-KERNELS = Path(__file__).parent / "kernels"
+KERNELS_DIR = Path(__file__).parent / "kernels"
 FLAGS = ("-O3", "-fno-math-errno", "-fPIC", "-shared", "-pthread", "-Wno-psabi")
 """the compiler flags besides -march (`build`'s march: native, this CPU, unless a test asks for another)"""
-ENV = "GPOLIB_DECODE_KERNEL"
-"""set to 0 to keep the decoder on its torch path (e.g. to compare the two)"""
+KERNELS = ("all", "attention", "none")
+"""'all': the whole-step kernel for dense models, the attention kernel for MoE; 'attention': the attention kernel
+only (a dense step runs per layer in torch); 'none': torch throughout. A kernel serves float32 on the CPU only."""
+DECODE_ENV = "GPOLIB_DECODE_KERNEL"
+"""set to 0 to keep the decoder on its torch path (the default kernels 'none')"""
+STEP_ENV = "GPOLIB_STEP_KERNEL"
+"""set to 0 to turn the whole-step kernel off alone (the default kernels 'attention')"""
 
 
 def sources() -> list:
     """The C++ sources compiled into the library (kernels/*.cpp; their headers are kernels/*.h), sorted."""
-    return sorted(KERNELS.glob("*.cpp"))
+    return sorted(KERNELS_DIR.glob("*.cpp"))
 
 
-def enabled(env: str = ENV) -> bool:
-    """False when the switch `env` (default GPOLIB_DECODE_KERNEL, all kernels) is 0 / false / no / off."""
-    return os.environ.get(env, "1").strip().lower() not in ("0", "false", "no", "off")
+def _off(env: str) -> bool:
+    return os.environ.get(env, "1").strip().lower() in ("0", "false", "no", "off")
 
 
-@contextlib.contextmanager
-def disabled(yes: bool = True, env: str = ENV):
-    """Within (when yes): the switch `env` is 0, so decoders built there do without those kernels (default: all,
-    the torch path)."""
-    if not yes:
-        yield
-        return
-    old = os.environ.get(env)
-    os.environ[env] = "0"
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ[env]
-        else:
-            os.environ[env] = old
+@functools.lru_cache(maxsize=1)
+def kernels_setting() -> str:
+    """The process's default kernels (one of KERNELS), read once: 'none' when GPOLIB_DECODE_KERNEL is 0 / false /
+    no / off, else 'attention' when GPOLIB_STEP_KERNEL is, else 'all'."""
+    return "none" if _off(DECODE_ENV) else "attention" if _off(STEP_ENV) else "all"
 
 
 def _cpu_flags() -> str:
@@ -72,7 +68,7 @@ def library_path(compiler: str, march: str = "native") -> Path:
     """Where the built library for these sources, compiler, -march and CPU lives."""
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=True).stdout
     h = hashlib.sha256()
-    for f in sorted(KERNELS.glob("*.h")) + sources():
+    for f in sorted(KERNELS_DIR.glob("*.h")) + sources():
         h.update(f.name.encode() + f.read_bytes())
     for part in (" ".join(FLAGS).encode(), march.encode(), version.encode(), _cpu_flags().encode()):
         h.update(part)
@@ -94,7 +90,7 @@ def build(compiler: str | None = None, march: str = "native") -> Path:
         argv = [compiler, *FLAGS, f"-march={march}", *map(str, sources()), "-o", tmp]
         done = subprocess.run(argv, capture_output=True, text=True)
         if done.returncode:
-            raise RuntimeError(f"{compiler} could not build {KERNELS.name}/*.cpp:\n{done.stderr[-2000:]}")
+            raise RuntimeError(f"{compiler} could not build {KERNELS_DIR.name}/*.cpp:\n{done.stderr[-2000:]}")
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

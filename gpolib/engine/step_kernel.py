@@ -4,12 +4,13 @@ With the attention fused (`attention_kernel`), a float32 decode step of the embe
 calls per layer: small matmuls at half the CPU's peak and ~100 elementwise ops per step (norms, head norms,
 RoPE, cache writes, SiLU), each paying a fixed dispatch cost, under the GIL that the sampler's row shards share.
 `FusedStep` runs embedding, every layer and the LM head for all rows in one call (the GIL released): its own
-register-blocked matmuls on weights packed here once per read (`pack`), the same equations as `decode.Decoder`'s
+register-blocked matmuls on weights packed here once per read (`pack`), the same equations as `decoder.Decoder`'s
 torch path (see the source's header), the rows split over `threads` with no barrier between layers.
 
-Served: dense Qwen3 / Qwen2 weights (`decode_weights.read`) in float32 on the CPU, where `native` built the library;
-MoE models, other dtypes and devices keep the per-layer path. Tested against that path, the float64 decoder and the
-transformers forward (tests/test_step_kernel.py, tests/test_sampler.py).
+Served: dense Qwen3 / Qwen2 weights (`weights.read`) in float32 on the CPU, where `native` built the library, unless
+the decoder's kernels are 'attention' or 'none'; MoE models, other dtypes and devices keep the per-layer path.
+Tested against that path, the float64 decoder and the transformers forward (tests/test_step_kernel.py,
+tests/test_sampler.py).
 """
 from __future__ import annotations
 
@@ -21,9 +22,6 @@ import torch
 
 from . import native
 
-ENV = "GPOLIB_STEP_KERNEL"
-"""set to 0 to turn this kernel off alone: the decoder then runs a step per layer with the attention kernel
-(native.ENV = 0 turns both off)"""
 NR = 32
 """the kernel's panel width: packed matrices have their columns zero-padded to a multiple of this"""
 _PACKING = threading.Lock()
@@ -93,8 +91,8 @@ def gemm(a: torch.Tensor, packed: torch.Tensor, out: torch.Tensor | None = None)
 
 
 def available() -> bool:
-    """The kernel is enabled (`native.ENV` and `ENV`) and built for this machine."""
-    return native.enabled() and native.enabled(ENV) and _function() is not None
+    """The kernel is built for this machine."""
+    return _function() is not None
 
 
 def supports(weights: dict) -> bool:

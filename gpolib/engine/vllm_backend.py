@@ -1,9 +1,9 @@
 """vLLM rollout backend (optional extra: `pip install "gpolib[vllm]"`, needs a CUDA GPU).
 
 It returns tensors only; `gpolib.rollout.generate(..., backend="vllm", engine=...)` makes the `Rollout`
-(so this module imports nothing of gpolib). `TrainConfig(backend="vllm")` makes the loop build a
-`PolicyEngine` once (`make_engine`: LoRA enabled, `vllm_gpu_memory_utilization`, sleep mode when
-`vllm_sleep`), which the rollouts use as their engine.
+(so this module imports nothing of gpolib; it reads a `SampleSpec` by its field names). `TrainConfig(backend="vllm")`
+makes the loop build a `PolicyEngine` once (`make_engine`, exported as `gpolib.engine.make_vllm_engine`: LoRA enabled,
+`vllm_gpu_memory_utilization`, sleep mode when `vllm_sleep`), which the rollouts use as their engine.
 
 How the engine gets the current policy: a LoRA request, not merged weights. Before the first rollout
 after each optimizer step the trainer's adapter is saved to a folder (a few MB at r = 16) and sent as a
@@ -117,17 +117,18 @@ def completions(outputs, group_size: int, max_new_tokens: int, pad_id: int) -> t
     return c_ids, c_logps
 
 
-def vllm_sample(engine, prompts: list, group_size: int, max_new_tokens: int, temperature: float, top_p: float,
-                greedy: bool, pad_id: int, lora_path: str | None = None) -> tuple:
-    """Sample with vLLM's documented API: LLM.generate(prompts, SamplingParams(n, logprobs=0), lora_request).
+def vllm_sample(engine, prompts: list, group_size: int, spec, lora_path: str | None = None) -> tuple:
+    """Sample `group_size` completions per prompt text as `spec` (a `SampleSpec`: max_new_tokens, temperature, top_p,
+    greedy, pad_id) asks, with vLLM's documented API: LLM.generate(prompts, SamplingParams(n, logprobs=0),
+    lora_request).
 
     Returns `completions(...)`: ids (B, T) and sampling log-probs (B, T), B = len(prompts) * group_size.
     """
     _, SamplingParams, LoRARequest = _import_vllm()
     if engine is None:
-        raise ValueError("backend='vllm' needs an engine: gpolib.vllm_backend.make_engine(model_name)")
-    params = SamplingParams(n=group_size, temperature=0.0 if greedy else temperature, top_p=top_p,
-                            max_tokens=max_new_tokens, logprobs=0)
+        raise ValueError("backend='vllm' needs an engine: gpolib.engine.make_vllm_engine(model_name)")
+    params = SamplingParams(n=group_size, temperature=0.0 if spec.greedy else spec.temperature, top_p=spec.top_p,
+                            max_tokens=spec.max_new_tokens, logprobs=0)
     lora = LoRARequest("policy", 1, lora_path) if lora_path else None
     outputs = engine.generate(prompts, params, lora_request=lora, use_tqdm=False)
-    return completions(outputs, group_size, max_new_tokens, pad_id)
+    return completions(outputs, group_size, spec.max_new_tokens, spec.pad_id)

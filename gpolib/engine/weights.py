@@ -1,4 +1,4 @@
-"""The weights `decode.Decoder` computes with, read once from a Qwen3 / Qwen3-MoE / Qwen2 model.
+"""The weights `decoder.Decoder` computes with, read once from a Qwen3 / Qwen3-MoE / Qwen2 model.
 
 Read, not shared: LoRA deltas are added to copies (the peft model is untouched, merged or not), and the
 matrices are laid out for `x @ W` on a batch of rows:
@@ -139,18 +139,32 @@ def _cast_matrices(w: dict, dtype) -> dict:
     return {**w, "head": w["head"].to(dtype), "layers": layers}
 
 
-def read(model, max_len: int) -> dict:
+def for_engine(model, width: int, engine: str):
+    """`read(model, width)` where `engine` ('auto' | 'decoder' | 'hf', `spec.ENGINES`) allows the decoder and it
+    supports the model; else None (the transformers forward). engine='decoder' raises Unsupported instead."""
+    if engine == "hf":
+        return None
+    try:
+        return read(model, width)
+    except Unsupported:
+        if engine == "decoder":
+            raise
+        return None
+
+
+def read(model, width: int) -> dict:
     """Everything `Decoder` needs from `model` (plain or peft-wrapped); raises Unsupported otherwise.
     Under torch.autocast the matrices come in the autocast dtype (a reduced-precision engine), read and folded in
     the model's own dtype first (autocast off: the LoRA products B A are not rounded before they are added)."""
     device = next(model.parameters()).device
     low = autocast_dtype(device)
     with torch.autocast(device.type, enabled=False):
-        w = _read(model, max_len)
+        w = _read(model, width)
     return w if low is None or low == w["embed"].dtype else _cast_matrices(w, low)
 
 
-def _read(model, max_len: int) -> dict:
+def _read(model, width: int) -> dict:
+    """`read` in the model's own dtype; width: the positions of the RoPE table (prompt + new tokens)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     cfg, inner = base.config, getattr(base, "model", None)
     if cfg.model_type not in SUPPORTED or inner is None or type(inner.embed_tokens) is not torch.nn.Embedding:
@@ -169,7 +183,7 @@ def _read(model, max_len: int) -> dict:
     d = inner.layers[0].self_attn.head_dim
     layers = [dict(**attention_weights(l.self_attn, d, l.input_layernorm.weight.detach()),
                    **mlp_weights(l.mlp, l.post_attention_layernorm.weight.detach())) for l in inner.layers]
-    cos, sin = inner.rotary_emb(embed[:1].unsqueeze(0), torch.arange(max_len, device=embed.device).unsqueeze(0))
+    cos, sin = inner.rotary_emb(embed[:1].unsqueeze(0), torch.arange(width, device=embed.device).unsqueeze(0))
     half = d // 2
     return dict(embed=embed, head=(w_head.t() * inner.norm.weight.detach().unsqueeze(1)).contiguous(),  # (H, V)
                 eps=eps, d=d, n_q=cfg.num_attention_heads, n_kv=cfg.num_key_value_heads, layers=layers,

@@ -1,0 +1,44 @@
+"""What one sampling call asks of the engine: `SampleSpec`, passed whole, by name, down to the decode loop."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import native
+
+ENGINES = ("auto", "decoder", "hf")
+"""'decoder': `decoder.Decoder`, the Qwen3 / Qwen3-MoE / Qwen2 layers re-written for decoding (raises
+`weights.Unsupported` on other models); 'hf': the transformers forward with a `DynamicCache` (any causal LM; the
+reference); 'auto': the decoder where it supports the model, else 'hf'"""
+
+
+@dataclass(frozen=True)
+class SampleSpec:
+    """How to sample one batch of completions (`gpolib.engine.sample`)."""
+
+    max_new_tokens: int
+    """T: tokens generated per row at most; a row ends at its first EOS"""
+    eos_id: int
+    """the end-of-sequence token; -1: none, every row runs max_new_tokens (the plan's calibration)"""
+    pad_id: int
+    """written after a row's EOS (its log-probs there are 0)"""
+    temperature: float = 1.0
+    """tau: tokens are drawn from, and log-probs are those of, softmax(logits / tau) (not when greedy)"""
+    top_p: float = 1.0
+    """nucleus: draw from the smallest set of tokens whose mass reaches top_p (1: all); the log-probs are not
+    renormalised to it"""
+    greedy: bool = False
+    """argmax instead of a draw; log-probs at temperature 1"""
+    engine: str = "auto"
+    """which forward computes the logits: one of ENGINES"""
+    plan: tuple | None = None
+    """(row shards, torch threads) of the decoder on the CPU; None: the planner's (`plan.Planner`)"""
+    kernels: str | None = None
+    """the decoder's C++ kernels, one of `native.KERNELS`; None: the process's setting (`native.kernels_setting`)"""
+
+    def __post_init__(self):
+        if self.engine not in ENGINES:
+            raise ValueError(f"engine={self.engine!r} is invalid; allowed: {' | '.join(ENGINES)}")
+        if self.kernels is None:
+            object.__setattr__(self, "kernels", native.kernels_setting())
+        elif self.kernels not in native.KERNELS:
+            raise ValueError(f"kernels={self.kernels!r} is invalid; allowed: {' | '.join(native.KERNELS)}")
