@@ -1,4 +1,5 @@
-"""pyproject.toml and environment.yml declare the same dependencies; torch is pinned to the CPU build."""
+"""pyproject.toml and environment.yml declare the same dependencies; torch is pinned to the CPU build; every
+package and the engine's C++ sources are shipped."""
 import pathlib
 import re
 import tomllib
@@ -29,3 +30,17 @@ def test_ci_runs_the_readme_test_command():
     commands = [l.strip() for l in readme[:40] if l.strip().startswith("make ")]
     assert commands[:2] == ["make reproduce", "make test"]
     assert (ROOT / ".ci/run").read_text().strip().splitlines()[-1] == "make test"
+
+
+def test_every_package_and_the_kernel_sources_are_shipped():
+    """setuptools lists every folder of gpolib with an __init__.py, and the engine's package data covers every file
+    of gpolib/engine/kernels, the folder the native build compiles."""
+    from gpolib.engine import native
+
+    tools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    packages = {".".join(f.relative_to(ROOT).parent.parts) for f in (ROOT / "gpolib").rglob("__init__.py")}
+    assert sorted(tools["packages"]) == sorted(packages) and "gpolib.engine" in packages
+    engine = ROOT / "gpolib" / "engine"
+    shipped = {f for pattern in tools["package-data"]["gpolib.engine"] for f in engine.glob(pattern)}
+    assert native.KERNELS_DIR == engine / "kernels" and native.sources()
+    assert shipped == set(native.KERNELS_DIR.iterdir()) and set(native.sources()) < shipped

@@ -1,5 +1,6 @@
-"""The shape of the package (issue 12): small core modules and functions, no import cycle, no process
-change on import, notebooks that take their helpers from gpolib.lab only."""
+"""The shape of the package (issues 12, 30): small core modules and functions, no import cycle, no process
+change on import, the sampling engine reached through its entry point only, notebooks that take their helpers
+from gpolib.lab only."""
 import ast
 import json
 import os
@@ -38,8 +39,9 @@ def _imports(name: str, f: Path, known: dict) -> set:
 
 
 def test_core_modules_and_functions_are_small():
-    core = [f for f in PKG.glob("*.py")]
-    assert [f.name for f in core if len(f.read_text().splitlines()) > 300] == []
+    core = [*PKG.glob("*.py"), *(PKG / "engine").glob("*.py")]
+    assert len(core) > 30 and PKG / "engine" / "__init__.py" in core
+    assert [str(f.relative_to(ROOT)) for f in core if len(f.read_text().splitlines()) > 300] == []
     long = [(str(f.relative_to(ROOT)), n.name) for f in PKG.rglob("*.py") for n in ast.walk(ast.parse(f.read_text()))
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > 50]
     assert long == []
@@ -59,6 +61,20 @@ def test_no_import_cycle():
                     todo.append(d)
         return seen
     assert [m for m in graph if m not in packages and m in reach(m)] == []
+
+
+def test_the_engine_is_imported_through_its_entry_point_only():
+    """Outside gpolib/engine/ no gpolib module imports a module of the engine, only the package `gpolib.engine`
+    (`sample`, `SampleSpec`, the vLLM backend): the loop (rollout, train, collect, update, value_loop, eval_cache,
+    pretrain) and everything else."""
+    mods = _modules()
+    inner = {m for m in mods if m.startswith("gpolib.engine.")}
+    outside = {m: f for m, f in mods.items() if m != "gpolib.engine" and m not in inner}
+    assert len(inner) >= 8 and {"gpolib.rollout", "gpolib.train", "gpolib.bench.samplers"} <= set(outside)
+    reaching_in = {m: sorted(_imports(m, f, mods) & inner) for m, f in outside.items()}
+    assert {m: deps for m, deps in reaching_in.items() if deps} == {}
+    users = {m for m, f in outside.items() if "gpolib.engine" in _imports(m, f, mods)}
+    assert {"gpolib.rollout", "gpolib.train"} <= users  # the loop does sample through it
 
 
 def test_import_changes_nothing_in_the_process():
