@@ -1,4 +1,4 @@
-// The decode-attention product, shared by the two kernels of gpolib/kernels: decode_attention.cpp (a step's
+// The decode-attention product, shared by the two kernels of gpolib/engine/kernels: decode_attention.cpp (a step's
 // attention alone) and decode_step.cpp (a whole decode step of a dense model). Each includes it once; everything
 // here is internal to the including file.
 //

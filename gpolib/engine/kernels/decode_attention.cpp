@@ -1,6 +1,7 @@
 // One decode step's attention over a preallocated KV cache, fused: scores, padding bias, softmax and the
-// weighted sum of values in one pass per (row, KV head), for gpolib.decode.Decoder.step (gpolib/attention_kernel.py
-// builds this file with the machine's C++ compiler and calls it through ctypes).
+// weighted sum of values in one pass per (row, KV head), for Decoder.step of gpolib/engine/decoder.py where the whole
+// step is not fused (MoE models, kernels='attention'). gpolib/engine/native.py builds every kernels/*.cpp into one
+// library with the machine's C++ compiler; gpolib/engine/attention_kernel.py calls this function through ctypes.
 // The product itself is in attention.h.
 #include "attention.h"
 

@@ -1,7 +1,7 @@
-// One whole decode step of a dense Qwen3 / Qwen2 model in one call, for gpolib.decode.Decoder.step (gpolib/
-// step_kernel.py packs the weights and calls it through ctypes; gpolib/attention_kernel.py builds it).
+// One whole decode step of a dense Qwen3 / Qwen2 model in one call, for Decoder.step of gpolib/engine/decoder.py
+// (gpolib/engine/step_kernel.py packs the weights and calls it through ctypes; gpolib/engine/native.py builds it).
 //
-// Per row (a token at its position, written to cache column `col`) and per layer, as decode.py's torch path:
+// Per row (a token at its position, written to cache column `col`) and per layer, as decoder.py's torch path:
 //     h    = x / sqrt(mean(x^2) + eps)                              (input norm; its weight is in W_qkv)
 //     qkv  = h W_qkv [+ b_qkv]                                       (q, k, v heads side by side)
 //     q, k = RoPE(headnorm(q), pos), RoPE(headnorm(k), pos)           (head norm with weight; Qwen3 only)
@@ -10,7 +10,7 @@
 //     x   += o W_o [+ b_o]
 //     h    = x / sqrt(mean(x^2) + eps);  x += (silu(h W_gate) * (h W_up)) W_down
 // then logits = (x / sqrt(mean(x^2) + eps)) W_head. The matrices come packed (`gemm`), LoRA and the norm
-// weights folded in by gpolib/decode_weights.py.
+// weights folded in by gpolib/engine/weights.py.
 //
 // Rows are independent: the batch is split into n_threads contiguous parts, each run through every layer on its
 // own thread with its own scratch, no synchronisation between them (the calling thread takes the first part).
@@ -86,7 +86,7 @@ inline float silu(float x) {
     return x * ((x < 0.0f ? e : 1.0f) / (1.0f + e));
 }
 
-// The sizes and weights of a model, as gpolib/step_kernel.py lays them out (see `gpolib_decode_step_f32`).
+// The sizes and weights of a model, as gpolib/engine/step_kernel.py lays them out (see `gpolib_decode_step_f32`).
 struct Model {
     int64_t layers, H, Hp, nq, nkv, d, I, Ip, V, Vp, qkv_p, vocab, S;
     float eps;
@@ -183,9 +183,9 @@ void rows_step(const Model& m, const Cache& cache, const int64_t* tok, const int
 
 extern "C" {
 
-// C (m, n_p) [+]= A (m, k) B, B packed by gpolib/step_kernel.py `pack` (n_p / 32 panels of (k, 32)); A's rows with
-// stride lda >= k, C's with ldc >= n_p. Returns 0, or 1 on invalid sizes. (The matmul of the step, exported for its
-// tests and benchmarks/decode_step.py.)
+// C (m, n_p) [+]= A (m, k) B, B packed by gpolib/engine/step_kernel.py `pack` (n_p / 32 panels of (k, 32)); A's
+// rows with stride lda >= k, C's with ldc >= n_p. Returns 0, or 1 on invalid sizes. (The matmul of the step,
+// exported for its tests and benchmarks/decode_step.py.)
 int gpolib_gemm_f32(const float* a, int64_t lda, int64_t m, int64_t k, const float* bp, int64_t n_p, float* c,
                     int64_t ldc, int64_t accumulate) {
     if (m < 0 || k < 0 || lda < k || n_p % NR != 0 || ldc < n_p) return 1;
