@@ -113,7 +113,7 @@ class TrainConfig:
     """CPU threads for sampling, n (ignored on GPU): 0 = the process's setting, N > 0 = N. With the decoder
     backend and n > 1 the way they are used is measured: a few decode steps of the batch timed with one
     thread, with n threads, and as n row shards of one thread each; the fastest is kept and re-measured
-    every 50 rollouts (gpolib/sampling_plan.py). Training passes keep the process's setting."""
+    every 50 rollouts (gpolib/engine/plan.py). Training passes keep the process's setting."""
     top_p: float = 1.0
     """nucleus sampling mass."""
     max_new_tokens: int = 192
@@ -147,13 +147,13 @@ class TrainConfig:
     """None, 'bfloat16' or 'float16': sample rollouts under torch.autocast in that dtype, a reduced-precision
     rollout engine whose log-probs (`old_logps='engine'`, GSPO Sec. 5.4) differ from the trainer's. The decoder
     backend then computes its matmuls and keeps its KV cache in that dtype (norms, softmax and the residual stream
-    in float32, `gpolib.decode`); the 'hf' backend runs the transformers forward under the autocast."""
+    in float32, `gpolib.engine.decoder`); the 'hf' backend runs the transformers forward under the autocast."""
     backend: str = "decoder"
-    """rollout engine: 'decoder' (gpolib/decode.py: the Qwen3 / Qwen3-MoE / Qwen2 layers re-written for
+    """rollout engine: 'decoder' (gpolib/engine/decoder.py: the Qwen3 / Qwen3-MoE / Qwen2 layers re-written for
     decoding, preallocated KV cache, LoRA folded in, finished rows dropped; other architectures use 'hf'),
     'hf' (transformers forward + KV cache, finished rows dropped), 'hf_generate' (transformers generate), or
     'vllm' (optional extra, CUDA; the policy reaches it as a LoRA adapter each optimizer step, see
-    gpolib/vllm_backend.py)."""
+    gpolib/engine/vllm_backend.py)."""
     vllm_gpu_memory_utilization: float = 0.3
     """backend='vllm': share of GPU memory the engine may take (weights + KV cache); the trainer uses the rest."""
     vllm_sleep: bool = False

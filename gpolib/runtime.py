@@ -31,7 +31,7 @@ def setup_threads(threads: int | None = None) -> None:
 
 
 KNOWN_WARNINGS = (
-    # the KV-cache sampler (gpolib/sampler.py) passes `past_key_values=`, which transformers 5.24 renamed `cache`
+    # the KV-cache sampler (gpolib/engine/loop.py) passes `past_key_values=`, which transformers 5.24 renamed `cache`
     # while keeping the old name working until 5.40; drop this line when the sampler passes `cache=`
     (FutureWarning, r"`past_key_values` is deprecated"),
 )
