@@ -77,6 +77,30 @@ def test_the_engine_is_imported_through_its_entry_point_only():
     assert {"gpolib.rollout", "gpolib.train"} <= users  # the loop does sample through it
 
 
+def _environ_writes(tree) -> list:
+    """Lines that write os.environ: item assignment or deletion, or a mutating method / os.putenv / os.unsetenv."""
+    is_environ = lambda n: isinstance(n, ast.Attribute) and n.attr == "environ"  # noqa: E731
+    out = []
+    for n in ast.walk(tree):
+        targets = getattr(n, "targets", None) or [getattr(n, "target", None)]  # Assign, Delete; AugAssign
+        if any(isinstance(t, ast.Subscript) and is_environ(t.value) for t in targets):
+            out.append(n.lineno)
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and (
+                (is_environ(n.func.value) and n.func.attr in ("setdefault", "pop", "update", "clear", "popitem"))
+                or n.func.attr in ("putenv", "unsetenv")):
+            out.append(n.lineno)
+    return sorted(out)
+
+
+def test_the_engine_never_writes_the_environment():
+    """Kernel switches are arguments (`SampleSpec.kernels`) with a default read once from the environment
+    (`native.kernels_setting`); no module of the engine writes os.environ."""
+    written = "import os\nos.environ['A'] = '0'\nos.environ.pop('A')\ndel os.environ['B']\nos.environ.get('C')"
+    assert _environ_writes(ast.parse(written)) == [2, 3, 4]
+    engine = sorted((PKG / "engine").glob("*.py"))
+    assert {f.name: _environ_writes(ast.parse(f.read_text())) for f in engine} == {f.name: [] for f in engine}
+
+
 def test_import_changes_nothing_in_the_process():
     code = ("import os, sys; before = dict(os.environ); import gpolib, gpolib.presets, gpolib.config; "
             "print(dict(os.environ) == before, 'torch' in sys.modules)")
