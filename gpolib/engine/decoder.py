@@ -120,9 +120,7 @@ class Decoder:
         threads: the kernels' threads per step (0: torch's setting at each step).
         kernels: which C++ kernels may serve the steps, one of `native.KERNELS` (None: `native.kernels_setting()`)."""
         w = source if isinstance(source, dict) else read(source, width)
-        kernels = kernels or native.kernels_setting()
-        if kernels not in native.KERNELS:
-            raise ValueError(f"kernels={kernels!r} is invalid; allowed: {' | '.join(native.KERNELS)}")
+        kernels = native.resolve(kernels)
         self.embed, self.head, self.layers = w["embed"], w["head"], w["layers"]
         self.cos, self.sin, self.d, self.n_q, self.n_kv = w["cos"], w["sin"], w["d"], w["n_q"], w["n_kv"]
         dev, dtype = self.embed.device, self.embed.dtype  # the residual stream's dtype

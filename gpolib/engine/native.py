@@ -53,6 +53,15 @@ def kernels_setting() -> str:
     return "none" if _off(DECODE_ENV) else "attention" if _off(STEP_ENV) else "all"
 
 
+def resolve(kernels: str | None) -> str:
+    """`kernels` checked against KERNELS (ValueError naming the allowed values); None: `kernels_setting()`."""
+    if kernels is None:
+        return kernels_setting()
+    if kernels not in KERNELS:
+        raise ValueError(f"kernels={kernels!r} is invalid; allowed: {' | '.join(KERNELS)}")
+    return kernels
+
+
 def _cpu_flags() -> str:
     """The CPU's feature flags (Linux: /proc/cpuinfo), '' where unknown: -march=native code runs on this CPU only."""
     try:

@@ -38,7 +38,4 @@ class SampleSpec:
     def __post_init__(self):
         if self.engine not in ENGINES:
             raise ValueError(f"engine={self.engine!r} is invalid; allowed: {' | '.join(ENGINES)}")
-        if self.kernels is None:
-            object.__setattr__(self, "kernels", native.kernels_setting())
-        elif self.kernels not in native.KERNELS:
-            raise ValueError(f"kernels={self.kernels!r} is invalid; allowed: {' | '.join(native.KERNELS)}")
+        object.__setattr__(self, "kernels", native.resolve(self.kernels))
