@@ -26,7 +26,7 @@ from ..moe import is_moe, record_routing
 from ..objectives import policy_loss, sequence_log_ratio
 from . import stats
 from .runs import mean_over, window
-from .verdicts import NOT, REPRODUCED, EXACT_TOL, Verdict
+from .verdicts import NOT, REPRODUCED, EXACT_TOL, Exact
 
 ARMS = {"gspo": {"preset": "gspo"},
         "grpo": {"preset": "grpo", "mu": 4, "loss_eps_high": 0.28}}
@@ -263,7 +263,7 @@ def update_at_kl(model, ids, attn, mask, step_fn, target_kl: float, rtol: float 
 
 # ---------------------------------------------------------------- verdicts
 
-def verdict_p1(e: dict) -> Verdict:
+def verdict_p1(e: dict) -> Exact:
     keys = ("seq_ratio_err", "token_eq_err_value", "token_eq_err_grad", "one_token_err")
     worst = max(e[k] for k in keys)
     return (REPRODUCED if worst <= EXACT_TOL else NOT), f"largest identity error {worst:.1e}"
