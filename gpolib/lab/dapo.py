@@ -25,7 +25,7 @@ from ..objectives import group_advantages
 from ..rewards import soft_overlong_penalty
 from . import stats
 from .dr_grpo import token_weights
-from .runs import arm_of, by_arm, mean_over, window
+from .runs import arm_of, by_arm, mean_over, run_key, window
 from .verdicts import EXACT_TOL, NOT, REPRODUCED
 
 MAX_NEW_TOKENS = 144
@@ -221,7 +221,7 @@ def weight_ratio(lengths=(10, 100), rewards=(1.0, 1.0, 0.0, 0.0)) -> dict:
 # ---------------------------------------------------------------- evidence and verdicts
 
 def _arm(metrics: dict, arm: str, s: int) -> list:
-    return metrics[f"{arm}/seed{s}"]
+    return metrics[run_key(arm, s)]
 
 
 def d_evidence(metrics: dict, summaries: dict, seeds, samples_budget: int) -> dict:
@@ -231,9 +231,9 @@ def d_evidence(metrics: dict, summaries: dict, seeds, samples_budget: int) -> di
     prompts x G); the dynamic-sampling rung is read at its last evaluation within that many samples.
     """
     seeds = list(seeds)
-    end = {arm: [summaries[f"{arm}/seed{s}"]["eval_end"]["acc/sample"] for s in seeds] for arm in ARMS}
+    end = {arm: [summaries[run_key(arm, s)]["eval_end"]["acc/sample"] for s in seeds] for arm in ARMS}
     equal = {arm: list(end[arm]) for arm in ARMS}
-    ds_at = [eval_at_samples(summaries[f"dapo/seed{s}"], _arm(metrics, "dapo", s), samples_budget) for s in seeds]
+    ds_at = [eval_at_samples(summaries[run_key("dapo", s)], _arm(metrics, "dapo", s), samples_budget) for s in seeds]
     equal["dapo"] = [e["acc/sample"] for e in ds_at]
     up = [mean_over(_arm(metrics, "clip_higher", s), "clip/high_pi_old") for s in seeds]
     return {
@@ -247,7 +247,7 @@ def d_evidence(metrics: dict, summaries: dict, seeds, samples_budget: int) -> di
         "ds_clean_steps": [float(sum(r["groups/zero_var_trained"] == 0 for r in _arm(metrics, "dapo", s))
                                  / len(_arm(metrics, "dapo", s))) for s in seeds],
         "gen_batches_per_step": [mean_over(_arm(metrics, "dapo", s), "gen/batches") for s in seeds],
-        "trunc_base": [summaries[f"grpo/seed{s}"]["eval_start"]["trunc/frac"] for s in seeds],
+        "trunc_base": [summaries[run_key("grpo", s)]["eval_start"]["trunc/frac"] for s in seeds],
         "trunc_with_shaping": [window_mean(_arm(metrics, "overlong", s), "trunc/frac", WINDOW_FRAC, "last")
                                for s in seeds],
         "trunc_without_shaping": [window_mean(_arm(metrics, "clip_higher", s), "trunc/frac", WINDOW_FRAC, "last")
@@ -344,7 +344,7 @@ class _Runs:
         return _mean(window_mean(m, key, frac, which) for m in by_arm(self.metrics, arm).values())
 
     def held(self, arm: str, when: str) -> float:
-        return _mean(self.summaries[f"{arm}/seed{s}"][f"eval_{when}"]["acc/sample"] for s in self.seeds)
+        return _mean(self.summaries[run_key(arm, s)][f"eval_{when}"]["acc/sample"] for s in self.seeds)
 
 
 def _words_d1(e: dict, r: _Runs, word: str) -> list:

@@ -19,7 +19,7 @@ import torch
 from ..config import LossConfig
 from ..objectives import ADV_EPS, group_advantages, policy_loss
 from . import stats
-from .runs import mean_over, window
+from .runs import mean_over, run_key, window
 from .verdicts import EXACT_TOL, NOT, REPRODUCED, Exact
 
 ARMS = {"grpo": {"preset": "grpo"}, "dr_grpo": {"preset": "dr_grpo"}}
@@ -151,7 +151,7 @@ def growth_intervals(growth: pd.DataFrame, seeds, key: str = "len/incorrect") ->
     """`growth_table` column `key` over seeds: each arm's mean growth with its one-sample 95% t-interval, and
     GRPO minus Dr. GRPO paired by seed (rows "grpo", "dr_grpo", "grpo - dr_grpo")."""
     seeds = list(seeds)
-    g = {arm: [float(growth.loc[f"{arm}/seed{s}", key]) for s in seeds] for arm in ARMS}
+    g = {arm: [float(growth.loc[run_key(arm, s), key]) for s in seeds] for arm in ARMS}
     rows = {arm: _row(stats.mean_interval(v)) for arm, v in g.items()}
     rows["grpo - dr_grpo"] = _row(stats.paired(g["grpo"], g["dr_grpo"]))
     return pd.DataFrame.from_dict(rows, orient="index")
@@ -173,7 +173,7 @@ def end_comparison(summaries: dict, seeds, keys=END_KEYS) -> pd.DataFrame:
     seeds = list(seeds)
 
     def val(arm, s, k, when="end"):
-        e = summaries[f"{arm}/seed{s}"][f"eval_{when}"]
+        e = summaries[run_key(arm, s)][f"eval_{when}"]
         return token_efficiency(e) if k == "token efficiency" else e[k]
 
     rows = {}

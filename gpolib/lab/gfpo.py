@@ -26,6 +26,7 @@ from ..groups import gfpo_advantages, gfpo_keep, gfpo_scores
 from ..objectives import ADV_EPS
 from ..tasks import line_kinds, product_steps
 from . import regime, stats
+from .runs import run_key
 
 ARMS = {
     # the baseline: the same loss (token-mean, Clip-Higher), G = 8, no filter
@@ -134,7 +135,7 @@ def variant_table(summaries: dict, baseline: str = "grpo") -> pd.DataFrame:
 def seed_table(summaries: dict, seeds, baseline: str = "grpo") -> pd.DataFrame:
     """`variant_table` of each seed (runs named "<arm>/seed<s>"), averaged over the seeds; an ELR that is NaN
     in any seed stays NaN in the mean (nothing is averaged over a subset of seeds)."""
-    per = [variant_table({arm: summaries[f"{arm}/seed{s}"] for arm in ARMS}, baseline) for s in seeds]
+    per = [variant_table({arm: summaries[run_key(arm, s)] for arm in ARMS}, baseline) for s in seeds]
     return sum(per[1:], per[0]) / len(per)
 
 
@@ -142,7 +143,7 @@ def seed_table(summaries: dict, seeds, baseline: str = "grpo") -> pd.DataFrame:
 
 def _at(summaries: dict, arm: str, seed: int, key: str, when: str = "end"):
     """`key` of the held-out evaluation at the start or end of run "<arm>/seed<seed>"."""
-    return summaries[f"{arm}/seed{seed}"][f"eval_{when}"][key]
+    return summaries[run_key(arm, seed)][f"eval_{when}"][key]
 
 
 def f_evidence(summaries: dict, seeds) -> dict:
@@ -253,7 +254,7 @@ def generation_cost(metrics: dict, seeds, baseline: str = "grpo") -> pd.DataFram
     seeds = list(seeds)
     rows = {}
     for arm in ARMS:
-        per_seed = [{col: statistics.fmean(float(m[k]) for m in metrics[f"{arm}/seed{s}"]) for col, k in COST_KEYS.items()}
+        per_seed = [{col: statistics.fmean(float(m[k]) for m in metrics[run_key(arm, s)]) for col, k in COST_KEYS.items()}
                     for s in seeds]
         rows[arm] = {col: statistics.fmean(r[col] for r in per_seed) for col in COST_KEYS}
         rows[arm]["step s"] = rows[arm]["rollout s / step"] + rows[arm]["update s / step"]
@@ -330,14 +331,14 @@ def vs_grpo(per_run: dict, seeds, cols=None) -> pd.DataFrame:
     `run_lines` or `bucket_lengths`): rows (arm, column), the mean difference and its 95% t-interval. A column
     without a value in some seed (an empty bucket) gets NaN and no interval."""
     seeds = list(seeds)
-    cols = list(cols if cols is not None else per_run[f"grpo/seed{seeds[0]}"].index)
+    cols = list(cols if cols is not None else per_run[run_key("grpo", seeds[0])].index)
     rows = {}
     for arm in ARMS:
         if arm == "grpo":
             continue
         for col in cols:
-            a = [float(per_run[f"{arm}/seed{s}"][col]) for s in seeds]
-            b = [float(per_run[f"grpo/seed{s}"][col]) for s in seeds]
+            a = [float(per_run[run_key(arm, s)][col]) for s in seeds]
+            b = [float(per_run[run_key("grpo", s)][col]) for s in seeds]
             if all(map(math.isfinite, a + b)):
                 rows[(arm, col)] = _interval_row(stats.paired(a, b))
             else:

@@ -25,7 +25,7 @@ from ..logprobs import position_ids
 from ..moe import is_moe, record_routing
 from ..objectives import policy_loss, sequence_log_ratio
 from . import stats
-from .runs import mean_over, window
+from .runs import mean_over, run_key, window
 from .verdicts import NOT, REPRODUCED, EXACT_TOL, Exact
 
 ARMS = {"gspo": {"preset": "gspo"},
@@ -272,7 +272,7 @@ def verdict_p1(e: dict) -> Exact:
 def p2_evidence(metrics_by_run: dict, summaries: dict, seeds) -> dict:
     """P2 evidence per seed (runs named "<arm>/seed<s>"): mean clip share over all steps, held-out accuracy
     at the end (T = 1), and the final training reward (reported)."""
-    return {f"{key}_{arm}": [fn(f"{arm}/seed{s}") for s in seeds] for arm in ("gspo", "grpo") for key, fn in (
+    return {f"{key}_{arm}": [fn(run_key(arm, s)) for s in seeds] for arm in ("gspo", "grpo") for key, fn in (
         ("clip", lambda run: clip_share(metrics_by_run[run])),
         ("acc", lambda run: summaries[run]["eval_end"]["acc/sample"]),
         ("reward", lambda run: final_mean(metrics_by_run[run])))}

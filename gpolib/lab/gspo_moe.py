@@ -28,7 +28,7 @@ from . import stats
 from .gspo import (clip_share, expert_ids, expert_set_change, final_mean, log_ratio_std, mismatch_stats,
                    next_token_logprobs, old_new_kl, rollout_sequences, sequence_mismatch, token_mismatch,
                    update_at_kl)
-from .runs import mean_over
+from .runs import mean_over, run_key
 
 ENGINE = {"rollout_autocast": "bfloat16"}
 """the rollout engine of every arm: sampling under bf16 autocast (the decoder's matmuls and KV cache in bf16) while
@@ -233,7 +233,7 @@ def run_table(metrics_by_run: dict, summaries: dict, frac: float = 0.2) -> pd.Da
 
 def _per_seed(arms: dict, seeds, fn) -> dict:
     """key -> [fn(run "<arm>/seed<s>") for s in seeds] for key, arm in arms.items()."""
-    return {key: [fn(f"{arm}/seed{s}") for s in seeds] for key, arm in arms.items()}
+    return {key: [fn(run_key(arm, s)) for s in seeds] for key, arm in arms.items()}
 
 
 def p4_evidence(metrics_by_run: dict, summaries: dict, seeds) -> dict:
