@@ -236,9 +236,10 @@ def _per_seed(arms: dict, seeds, fn) -> dict:
     return {key: [fn(run_key(arm, s)) for s in seeds] for key, arm in arms.items()}
 
 
-def p4_evidence(metrics_by_run: dict, summaries: dict, seeds) -> dict:
+def p4_evidence(metrics_by_run: dict, summaries: dict, seeds, expert_change: float | None = None) -> dict:
     """P4 per seed: held-out accuracy at the end (judged), final training reward, clip share and collapses
-    (reported), for GRPO, GRPO + replay and GSPO."""
+    (reported), for GRPO, GRPO + replay and GSPO; `expert_change`, P3's measure (share of activated experts that
+    change per update), is P4's condition (absent: the comparison is judged and the condition said unmeasured)."""
     arms = {"grpo": "grpo", "grpo_replay": "grpo_replay", "gspo": "gspo"}
     out = {}
     for key, fn in (("acc", lambda r: summaries[r]["eval_end"]["acc/sample"]),
@@ -246,7 +247,7 @@ def p4_evidence(metrics_by_run: dict, summaries: dict, seeds) -> dict:
                     ("clip", lambda r: clip_share(metrics_by_run[r])),
                     ("collapsed", lambda r: collapsed(summaries[r]))):
         out.update({f"{key}_{k}": v for k, v in _per_seed(arms, seeds, fn).items()})
-    return out
+    return out if expert_change is None else {**out, "expert_change": expert_change}
 
 
 def p5_evidence(metrics_by_run: dict, summaries: dict, seeds, mismatch: dict) -> dict:
