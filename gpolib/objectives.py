@@ -13,7 +13,7 @@ import torch
 
 from .config import LossConfig
 from .metrics import Mean, Share
-from .validation import ADV_SCALES
+from .validation import ADV_SCALES, AGGREGATIONS, RATIO_LEVELS
 
 ADV_EPS = 1e-4
 """added to the std in the advantage's denominator (DeepSeekMath Eq. 3 as implemented in practice)"""
@@ -76,7 +76,7 @@ def importance_ratio(logps: torch.Tensor, old_logps: torch.Tensor, mask: torch.T
     if level == "sequence_token":
         # s_{i,t} = sg[s_i] * pi_theta(o_t) / sg[pi_theta(o_t)]
         return torch.exp(logps - logps.detach() + log_s.detach())
-    raise ValueError(f"level={level!r} is invalid; allowed: 'token' | 'sequence' | 'sequence_token'")
+    raise ValueError(f"level={level!r} is invalid; allowed: {' | '.join(map(repr, RATIO_LEVELS))}")
 
 
 # --- clipping ----------------------------------------------------------------
@@ -116,8 +116,7 @@ def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str, max_len: i
             raise ValueError("max_len is required for aggregation='seq_mean_token_sum_norm'")
         # sum_{i,t} l_{i,t} / (B * max_len)
         return masked.sum() / (per_token.shape[0] * max_len)
-    raise ValueError(f"mode={mode!r} is invalid; allowed: 'seq_mean_token_mean' | 'token_mean' | "
-                     "'seq_mean_token_sum_norm'")
+    raise ValueError(f"mode={mode!r} is invalid; allowed: {' | '.join(map(repr, AGGREGATIONS))}")
 
 
 def subset_scale(aggregation: str, rows: int, rows_total: int, tokens: int, tokens_total: int) -> float:

@@ -132,8 +132,8 @@ def test_r2_statement_no_stronger_than_the_verdict():
     assert lb.r2_statement(up).startswith("In our runs GRPO grew its incorrect answers longer")
     assert "grew more under GRPO than under Dr. GRPO" in lb.r2_statement(up)
     noisy = lb.verdict_r2({"growth_grpo": [10.0, -8.0, 4.0], "growth_dr": [1.0, 3.0, 2.0]})
-    assert noisy.parts[0].word == "partly" and "do not establish" in lb.r2_statement(noisy)
-    down = lb.verdict_r2({"growth_grpo": [-3.0, -1.0, -2.0], "growth_dr": [1.0, 3.0, 2.0]})
+    assert noisy.parts[0].word == stats.INCONCLUSIVE and "do not establish" in lb.r2_statement(noisy)
+    down = lb.verdict_r2({"growth_grpo": [-3.0, -2.5, -2.0], "growth_dr": [1.0, 1.0, 2.0]})
     s = lb.r2_statement(down)
     assert s.startswith("Our runs do not show GRPO growing") and "did not grow more" in s
     assert lb.r2_statement(stats.for_profile(up, "smoke")).startswith("Smoke run: no statement")

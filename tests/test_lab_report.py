@@ -10,7 +10,7 @@ from gpolib.lab.report import NOT, NOT_RUN, PARTLY, REPRODUCED
 LEN = [10.0, 20.0, 30.0, 40.0, 50.0, 60.0]  # S1: mean length of six buckets
 
 # A passing evidence dict per claim; CASES below perturb one number at a time.
-GOOD = {
+GOOD = {  # F2 shares F1's evidence (below)
     # training claims: three seeds, paired by position (rules of evidence, gpolib/lab/stats.py)
     "G1": {"acc_before": [0.30, 0.30, 0.30], "acc_after": [0.36, 0.37, 0.35], "greedy_before": [0.3, 0.3, 0.3],
            "greedy_after": [0.4, 0.4, 0.4], "len_before": [97.0, 98.0, 96.0], "len_after": [120.0, 125.0, 121.0]},
@@ -20,7 +20,7 @@ GOOD = {
     "D1": {"entropy_high": [1.2, 1.1, 1.15], "entropy_base": [1.0, 1.0, 1.0], "acc_high": [0.50, 0.51, 0.50],
            "acc_base": [0.5] * 3, "pi_old_upclipped": [0.15, 0.10, 0.12]},
     "D2": {"all_correct_first": [0.10, 0.12, 0.10], "all_correct_last": [0.30, 0.28, 0.35], "ds_clean_steps": [1.0] * 3,
-           "gen_batches_per_step": [1.5, 1.6, 1.4]},
+           "gen_batches_per_step": [1.5, 1.6, 1.4], "panel_rise": [0.05, 0.04, 0.06]},
     "D3": {"weight_ratio_seq_mean": 10.0, "weight_ratio_token_mean": 1.0},
     "D4": {"eq13_exact": True, "trunc_base": [0.05] * 3, "trunc_with_shaping": [0.02, 0.03, 0.02],
            "trunc_without_shaping": [0.08, 0.09, 0.07]},
@@ -30,88 +30,106 @@ GOOD = {
     "P2": {"clip_gspo": [0.15, 0.16, 0.17], "clip_grpo": [0.002, 0.003, 0.002], "acc_gspo": [0.50, 0.51, 0.52],
            "acc_grpo": [0.51, 0.51, 0.51], "reward_gspo": [0.5] * 3, "reward_grpo": [0.5] * 3},
     "P3": {"route_change_per_layer": [0.08, 0.12], "route_change_frozen": [0.01, 0.02], "ratio_spread_moe": 0.3,
-           "ratio_spread_dense": 0.1},
+           "ratio_spread_dense": 0.1, "expert_change_per_layer": [0.05, 0.07], "moe_experts": 64},
     "P4": {"acc_grpo": [0.40, 0.42, 0.41], "acc_grpo_replay": [0.50, 0.51, 0.52], "acc_gspo": [0.51, 0.50, 0.52],
            "reward_grpo": [0.4] * 3, "reward_grpo_replay": [0.5] * 3, "reward_gspo": [0.5] * 3,
-           "collapsed_grpo": [True, False, False], "collapsed_grpo_replay": [False] * 3, "collapsed_gspo": [False] * 3},
+           "collapsed_grpo": [True, False, False], "collapsed_grpo_replay": [False] * 3, "collapsed_gspo": [False] * 3,
+           "expert_change": 0.05},
     "P5": {"acc_engine": [0.50, 0.51, 0.52], "acc_recompute": [0.51, 0.51, 0.51], "reward_engine": [0.5] * 3,
            "reward_recompute": [0.5] * 3, "seq_mismatch": 0.01, "token_mismatch": 0.05, "seq_clipped": 0.9},
     "F1": {"len_base": [80.0] * 3, "len_grpo": [100.0, 101.0, 99.0], "len_gfpo": [60.0, 62.0, 61.0],
-           "acc_grpo": [0.5] * 3, "acc_gfpo": [0.49, 0.50, 0.51]},
-    "F2": {"len_base": [80.0] * 3, "len_grpo": [100.0, 101.0, 99.0], "reduction_k4_g16": [0.45, 0.44, 0.46],
-           "reduction_k6_g8": [0.20, 0.21, 0.19]},
+           "acc_grpo": [0.5] * 3, "acc_gfpo": [0.49, 0.50, 0.51], "acc_k4_g24": [0.50, 0.51, 0.50],
+           "elr": {"gfpo-k4-g24-short": [0.55, 0.60, 0.58], "gfpo-k4-g8-short": [0.20, 0.25, 0.22],
+                   "gfpo-k8-g16-short": [0.30, 0.28, 0.31]}},
     "R1": {"adv_err": 0.0, "weight_err": 1e-9},
     "R2": {"growth_grpo": [30.0, 20.0, 25.0], "growth_dr": [10.0, 5.0, 8.0]},
     "V1": {"mem_ppo": 2.0, "mem_grpo": 1.0, "time_ppo": 1.5, "time_grpo": 1.0},
     "V2": {"acc_vapo": [0.6, 0.6, 0.6], "acc_dapo": [0.55, 0.56, 0.57], "acc_grpo": [0.4, 0.4, 0.4]},
 }
 
+GOOD["F2"] = GOOD["F1"]
+I, NT = stats.INCONCLUSIVE, stats.NOT_TESTED
+
 CASES = [  # (claim, changed evidence, expected verdict)
-    ("G1", {"acc_after": [0.34, 0.35, 0.33]}, PARTLY),  # interval above 0, mean 4 points < 5
-    ("G1", {"acc_after": [0.30, 0.29, 0.30]}, NOT),
-    ("G1", {"acc_before": [0.3, 0.3], "acc_after": [0.36, 0.37]}, PARTLY),  # < 3 seeds
+    ("G1", {"acc_after": [0.34, 0.35, 0.33]}, I),  # interval above 0, mean 4 points < 5, upper end above 5
+    ("G1", {"acc_after": [0.32, 0.325, 0.33]}, NOT),  # interval [+0.013, +0.037]: below the claimed 5 points
+    ("G1", {"acc_after": [0.30, 0.29, 0.30]}, NOT),  # interval below 0
+    ("G1", {"acc_before": [0.3, 0.3], "acc_after": [0.36, 0.37]}, I),  # < 3 seeds
     ("G2", {"k3_rel_err": 0.021}, PARTLY), ("G2", {"k3_min": -1e-9, "k3_rel_err": 0.5}, NOT),
-    ("S1", {"var_log_prod_rho": [0.02, 0.01, 0.03, 0.01, 0.03, 0.02]}, NOT),  # R^2 0.06: interval includes 0
-    ("S1", {"var_log_s": [0.01, 0.02, 0.03, 0.04, 0.05, 0.06]}, PARTLY),  # the spread of log s_i grows too
-    ("S1", {"bucket_n": [60, 60, 49, 60, 60, 60]}, PARTLY),
-    ("S1", {"bucket_len": LEN[:5], "var_log_prod_rho": [0.01, 0.02, 0.03, 0.04, 0.051], "var_log_s": [0.01] * 5,
-            "bucket_n": [60] * 5}, PARTLY),  # 5 buckets
-    ("D1", {"entropy_high": [1.2, 0.9, 0.95]}, PARTLY), ("D1", {"entropy_high": [0.9, 0.9, 0.9]}, NOT),
-    ("D1", {"acc_high": [0.40, 0.41, 0.42]}, NOT),  # accuracy worse
-    ("D1", {k: v[:2] for k, v in GOOD["D1"].items()}, PARTLY),  # < 3 seeds
-    ("D2", {"all_correct_last": [0.18, 0.20, 0.20]}, PARTLY),  # rise 0.087 < 0.10
-    ("D2", {"ds_clean_steps": [1.0, 0.95, 1.0]}, NOT),  # one step trained a zero-variance group
-    ("D2", {"all_correct_last": [0.10, 0.12, 0.10]}, NOT),
+    ("D1", {"entropy_high": [1.2, 0.9, 0.95]}, PARTLY),  # entropy inconclusive, accuracy holds: named
+    ("D1", {"entropy_high": [0.9, 0.9, 0.9]}, PARTLY),  # entropy lower (not reproduced), accuracy holds
+    ("D1", {"entropy_high": [0.9, 0.9, 0.9], "acc_high": [0.40, 0.41, 0.42]}, NOT),  # both refuted
+    ("D1", {"acc_high": [0.40, 0.41, 0.42]}, PARTLY),  # accuracy worse, entropy higher
+    ("D1", {k: v[:2] for k, v in GOOD["D1"].items()}, I),  # < 3 seeds
+    ("D2", {"panel_rise": [0.05, -0.02, 0.01]}, PARTLY),  # rise inconclusive, dynamic sampling holds
+    ("D2", {"ds_clean_steps": [1.0, 0.95, 1.0]}, PARTLY),  # one step trained a zero-variance group
     ("D3", {"weight_ratio_seq_mean": 9.99}, NOT), ("D3", {"weight_ratio_token_mean": 1.01}, NOT),
-    ("D4", {"trunc_with_shaping": [0.08, 0.09, 0.07]}, NOT), ("D4", {"eq13_exact": False}, NOT),
+    ("D4", {"trunc_with_shaping": [0.08, 0.09, 0.07]}, PARTLY), ("D4", {"eq13_exact": False}, PARTLY),
+    ("D4", {"trunc_with_shaping": [0.08, 0.09, 0.07], "eq13_exact": False}, NOT),
     ("D4", {"trunc_with_shaping": [0.07, 0.10, 0.06]}, PARTLY),  # mean +0.003, interval includes 0
     ("D4", {"trunc_base": [0.02] * 3}, NOT),  # premise: the base truncates < 3%
     ("D5", {"ladder": {"grpo": [0.30, 0.32, 0.31], "clip_higher": [0.31, 0.31, 0.32], "overlong": [0.31, 0.32, 0.31],
-                       "token_mean": [0.31, 0.32, 0.32], "dapo": [0.33, 0.31, 0.32]}}, PARTLY),  # interval has 0
-    ("D5", {"ladder": {k: v[:2] for k, v in GOOD["D5"]["ladder"].items()}}, PARTLY),  # < 3 seeds
-    ("D5", {"ladder": {**GOOD["D5"]["ladder"], "overlong": [0.25, 0.26, 0.25]}}, NOT),  # one rung loses beyond its interval
+                       "token_mean": [0.31, 0.32, 0.32], "dapo": [0.33, 0.31, 0.32]}}, PARTLY),  # gain spans 0
+    ("D5", {"ladder": {k: v[:2] for k, v in GOOD["D5"]["ladder"].items()}}, PARTLY),  # < 3 seeds: gain inconclusive
+    ("D5", {"ladder": {**GOOD["D5"]["ladder"], "overlong": [0.25, 0.26, 0.25]}}, PARTLY),  # one rung loses
     ("D5", {"ladder": {**GOOD["D5"]["ladder"], "dapo": [0.29, 0.30, 0.29]}}, NOT),
     ("P1", {"token_eq_err_grad": 2e-6}, NOT),
-    ("P2", {"clip_gspo": [0.15, 0.02, 0.17]}, NOT),  # ratio 6.7 in one seed
-    ("P2", {"acc_gspo": [0.46, 0.49, 0.50]}, PARTLY),  # mean -0.027 >= -0.03, lower end below
-    ("P2", {"acc_gspo": [0.40, 0.41, 0.42]}, NOT),
-    ("P2", {k: v[:2] for k, v in GOOD["P2"].items()}, PARTLY),  # < 3 seeds
-    ("P3", {"route_change_per_layer": [0.005, 0.12]}, PARTLY),  # one layer at 0.5%: only the spread half holds
-    ("P3", {"route_change_per_layer": [0.005, 0.009], "ratio_spread_moe": 0.05}, NOT),
-    ("P4", {"acc_grpo": [0.47, 0.51, 0.51]}, PARTLY),  # replay ahead on the mean only
-    ("P4", {"acc_grpo": [0.55, 0.56, 0.57]}, NOT),  # replay behind
-    ("P4", {"acc_gspo": [0.40, 0.41, 0.42]}, NOT),  # GSPO worse than GRPO + replay
-    ("P5", {"acc_engine": [0.46, 0.49, 0.50]}, PARTLY),  # mean -0.023 >= -0.03, lower end below
-    ("P5", {"seq_mismatch": 0.06}, NOT),  # sequence-level mismatch above token-level
+    ("P2", {"clip_gspo": [0.15, 0.02, 0.17]}, PARTLY),  # ratio 6.7 in one seed; accuracy holds
+    ("P2", {"acc_gspo": [0.46, 0.49, 0.50]}, PARTLY),  # accuracy inconclusive
+    ("P2", {"acc_gspo": [0.40, 0.41, 0.42], "clip_gspo": [0.15, 0.02, 0.17]}, NOT),
+    ("P3", {"expert_change_per_layer": [0.02, 0.03]}, PARTLY),  # 2.5% >= 2%, < 5%
+    ("P3", {"expert_change_per_layer": [0.005, 0.009]}, NOT),
+    ("P3", {"moe_experts": 8}, stats.NOT_RUN),  # the 8-expert MoE: not the criterion's model
+    ("P4", {"acc_grpo": [0.47, 0.51, 0.51]}, PARTLY),  # replay ahead inconclusive, GSPO not worse
+    ("P4", {"acc_grpo": [0.55, 0.56, 0.57], "acc_gspo": [0.40, 0.41, 0.42]}, NOT),
+    ("P4", {"expert_change": 0.0064}, NT),  # routing hardly changes: the condition did not occur
+    ("P5", {"acc_engine": [0.46, 0.49, 0.50]}, PARTLY),  # accuracy inconclusive, mismatch holds
+    ("P5", {"seq_mismatch": 0.06}, PARTLY),  # sequence-level mismatch above token-level
     ("P5", {"acc_engine": [0.50, 0.51], "acc_recompute": [0.51, 0.51]}, PARTLY),  # < 3 seeds
-    ("F1", {"len_gfpo": [80.0, 82.0, 81.0]}, PARTLY),  # cut ~19%: >= 10% beyond its interval, < 30%
-    ("F1", {"len_gfpo": [99.0, 100.0, 98.0]}, NOT),  # cut 1%
-    ("F1", {"acc_gfpo": [0.40, 0.41, 0.42]}, NOT),  # accuracy worse
-    ("F1", {"len_grpo": [85.0, 86.0, 84.0]}, NOT),  # premise: GRPO lengthens answers by 6% < 10%
+    ("F1", {"elr": {"gfpo-k4-g24-short": [0.30, 0.32, 0.31]}}, PARTLY),  # ELR below 0.46, accuracy holds
+    ("F1", {"acc_k4_g24": [0.40, 0.41, 0.42]}, PARTLY),  # accuracy worse
+    ("F1", {"len_grpo": [75.0, 76.0, 74.0]}, NOT),  # premise: GRPO shortens answers
+    ("F1", {"len_grpo": [70.0, 90.0, 95.0]}, I),  # premise spans 0
+    ("F1", {"elr": {"gfpo-k8-g16-short": [0.3, 0.3, 0.3]}}, stats.NOT_RUN),  # no 4/24 arm: the premise alone
+    ("F2", {"elr": {**GOOD["F1"]["elr"], "gfpo-k4-g8-short": [0.6, 0.4, 0.7]}}, I),
+    ("F2", {"elr": {"gfpo-k8-g16-short": [0.3, 0.3, 0.3]}}, stats.NOT_RUN),
     ("D2", {"gen_batches_per_step": [3.0] * 3}, REPRODUCED),  # reported, not judged
     ("G2", {"k3_rel_err": 0.02}, REPRODUCED),
-    ("F2", {"reduction_k4_g16": [0.20, 0.20, 0.20]}, NOT), ("F2", {"len_grpo": [81.0, 82.0, 83.0]}, NOT),
     ("R1", {"adv_err": 1e-5}, NOT),
-    ("R2", {"growth_dr": [10.0, 25.0, 8.0]}, PARTLY),  # GRPO grows; more than Dr. GRPO only on the mean
+    ("R2", {"growth_dr": [10.0, 25.0, 8.0]}, PARTLY),  # GRPO grows; more than Dr. GRPO inconclusive
     ("R2", {"growth_dr": [40.0, 25.0, 38.0]}, PARTLY),  # only one half holds
-    ("R2", {"growth_grpo": [-0.75, -5.28, -1.41], "growth_dr": [-4.46, -5.75, -0.09]}, NOT),  # GRPO shrinks them
-    ("V1", {"mem_grpo": 2.5}, NOT), ("V1", {"time_grpo": 1.45}, NOT),  # both ratios must reach 1.05
+    ("R2", {"growth_grpo": [-0.75, -5.28, -1.41], "growth_dr": [-4.46, -5.75, -0.09]}, I),  # neither half settles
+    ("V1", {"mem_grpo": 2.5}, PARTLY), ("V1", {"time_grpo": 1.45}, PARTLY),
+    ("V1", {"mem_grpo": 2.5, "time_grpo": 1.45}, NOT),  # both ratios must reach 1.05
     ("V1", {"mem_grpo": 1.9, "time_grpo": 1.42}, REPRODUCED),
-    ("V2", {"acc_vapo": [0.54, 0.56, 0.55]}, PARTLY),  # VAPO - DAPO mean -0.01, interval's lower end below -0.03
+    ("V2", {"acc_vapo": [0.54, 0.56, 0.55]}, PARTLY),  # VAPO - DAPO inconclusive, VAPO > GRPO holds
     ("V2", {"acc_vapo": [0.3, 0.3, 0.3]}, NOT),
-    ("V2", {"acc_vapo": [0.6, 0.6], "acc_dapo": [0.5, 0.5], "acc_grpo": [0.4, 0.4]}, PARTLY),  # < 3 seeds
+    ("V2", {"acc_vapo": [0.6, 0.6], "acc_dapo": [0.5, 0.5], "acc_grpo": [0.4, 0.4]}, I),  # < 3 seeds
 ]
+
+
+def test_s1_and_d2_say_what_is_not_yet_run():
+    s1 = report.judge("S1", GOOD["S1"])
+    assert s1.word == stats.NOT_RUN and "0.99^200 = 0.134" in s1.text and "criterion changed" in s1.text
+    assert "confounded by the advantage" in s1.text
+    d2 = report.judge("D2", {k: v for k, v in GOOD["D2"].items() if k != "panel_rise"})
+    assert d2.word == stats.NOT_RUN and "dynamic sampling: reproduced" in d2.text and "fixed panel" in d2.text
+
+
+def test_new_claims_are_not_yet_run():
+    for cid in ("C1", "C2", "C3", "C4"):
+        assert report.CLAIMS[cid].notebook == "09_beyond" and report.judge(cid, {}).word == NOT_RUN
 
 
 def test_every_design_claim_is_registered():
     assert list(report.CLAIMS) == ["G1", "G2", "S1", "D1", "D2", "D3", "D4", "D5", "P1", "P2", "P3", "P4",
-                                   "P5", "F1", "F2", "R1", "R2", "V1", "V2"]
-    assert set(GOOD) == set(report.CLAIMS)
+                                   "P5", "F1", "F2", "R1", "R2", "V1", "V2", "C1", "C2", "C3", "C4"]
+    assert set(GOOD) == set(report.CLAIMS) - {"C1", "C2", "C3", "C4"}
     for c in report.CLAIMS.values():
-        assert set(c.evidence) <= set(GOOD[c.id]) and c.notebook[:2].isdigit()
+        assert set(c.evidence) <= set(GOOD.get(c.id, {})) and c.notebook[:2].isdigit()
 
 
-@pytest.mark.parametrize("cid", list(GOOD))
+@pytest.mark.parametrize("cid", [c for c in GOOD if c != "S1"])
 def test_good_evidence_is_reproduced(cid):
     v = report.judge(cid, GOOD[cid])
     assert v.word == REPRODUCED and v.text and v.criterion == report.CLAIMS[cid].criterion

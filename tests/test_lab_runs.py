@@ -60,3 +60,10 @@ def test_arm_of_and_by_arm_read_the_names_configs_makes():
     assert runs.by_arm(named, "grpo") == {"grpo/seed0": 1, "grpo/seed1": 3}  # not dr_grpo: the arm, not a suffix
     assert runs.by_arm(named, "gspo", "dr_grpo") == {"dr_grpo/seed0": 2, "gspo": 4}  # in `named`'s order
     assert runs.by_arm(named, "dapo") == {}
+
+
+def test_run_key_is_the_name_configs_gives_and_arm_of_inverts():
+    from gpolib.lab.runs import arm_of, run_key
+
+    assert run_key("gfpo-k4-g16-short", 2) == "gfpo-k4-g16-short/seed2" and run_key("grpo") == "grpo"
+    assert arm_of(run_key("clip_higher", 0)) == "clip_higher"

@@ -19,8 +19,8 @@ import torch
 from ..config import LossConfig
 from ..objectives import ADV_EPS, group_advantages, policy_loss
 from . import stats
-from .runs import mean_over, window
-from .verdicts import EXACT_TOL, NOT, REPRODUCED, Verdict
+from .runs import mean_over, run_key, window
+from .verdicts import EXACT_TOL, NOT, REPRODUCED, Exact
 
 ARMS = {"grpo": {"preset": "grpo"}, "dr_grpo": {"preset": "dr_grpo"}}
 """Sec. 3.2: GRPO against Dr. GRPO, everything else shared"""
@@ -120,14 +120,14 @@ def growth_table(metrics_by_run: dict, keys=("len/incorrect", "len/correct", "le
 
 # ---------------------------------------------------------------- verdicts
 
-def verdict_r1(e: dict) -> Verdict:
+def verdict_r1(e: dict) -> Exact:
     worst = max(e["adv_err"], e["weight_err"])
     return (REPRODUCED if worst <= EXACT_TOL else NOT), f"largest error vs hand-computed advantages/weights {worst:.1e}"
 
 
 R2_GROWS = stats.growth("incorrect-answer length growth under GRPO (tokens, last - first 20% of steps)", fmt="+.2f")
 R2_MORE = stats.Greater("incorrect-answer length growth, GRPO - Dr. GRPO (tokens)", fmt="+.2f")
-R2_RULE = stats.AllOf(parts=(R2_GROWS, R2_MORE), mode=stats.HALVES)
+R2_RULE = stats.AllOf(parts=(R2_GROWS, R2_MORE))
 """R2: incorrect answers grow longer under GRPO, and more than under Dr. GRPO; partly if only one half holds"""
 RULES = {"R2": R2_RULE}
 """claim id -> the rule that judges it and writes its criterion"""
@@ -151,7 +151,7 @@ def growth_intervals(growth: pd.DataFrame, seeds, key: str = "len/incorrect") ->
     """`growth_table` column `key` over seeds: each arm's mean growth with its one-sample 95% t-interval, and
     GRPO minus Dr. GRPO paired by seed (rows "grpo", "dr_grpo", "grpo - dr_grpo")."""
     seeds = list(seeds)
-    g = {arm: [float(growth.loc[f"{arm}/seed{s}", key]) for s in seeds] for arm in ARMS}
+    g = {arm: [float(growth.loc[run_key(arm, s), key]) for s in seeds] for arm in ARMS}
     rows = {arm: _row(stats.mean_interval(v)) for arm, v in g.items()}
     rows["grpo - dr_grpo"] = _row(stats.paired(g["grpo"], g["dr_grpo"]))
     return pd.DataFrame.from_dict(rows, orient="index")
@@ -173,7 +173,7 @@ def end_comparison(summaries: dict, seeds, keys=END_KEYS) -> pd.DataFrame:
     seeds = list(seeds)
 
     def val(arm, s, k, when="end"):
-        e = summaries[f"{arm}/seed{s}"][f"eval_{when}"]
+        e = summaries[run_key(arm, s)][f"eval_{when}"]
         return token_efficiency(e) if k == "token efficiency" else e[k]
 
     rows = {}
@@ -195,15 +195,15 @@ def r2_statement(v: stats.Verdict) -> str:
     grows, more = v.parts[0], v.parts[1]
     if grows.word == REPRODUCED:
         first = "In our runs GRPO grew its incorrect answers longer (growth above 0, interval excluding 0)"
-    elif grows.word == "partly":
-        first = ("Our runs do not establish that GRPO grows incorrect answers longer: the mean growth is above 0 "
-                 "but its interval includes 0")
+    elif grows.word == stats.INCONCLUSIVE:
+        first = ("Our runs do not establish that GRPO grows incorrect answers longer: the interval of its growth "
+                 "includes 0")
     else:
         first = "Our runs do not show GRPO growing incorrect answers longer (mean growth not above 0)"
     if more.word == REPRODUCED:
         second = "and they grew more under GRPO than under Dr. GRPO (paired interval above 0)."
-    elif more.word == "partly":
-        second = "and the difference from Dr. GRPO has the claimed sign but its paired interval includes 0."
+    elif more.word == stats.INCONCLUSIVE:
+        second = "and the paired interval of the difference from Dr. GRPO includes 0."
     else:
         second = "and they did not grow more under GRPO than under Dr. GRPO."
     return f"{first}, {second}"

@@ -21,10 +21,10 @@ import torch
 
 from ..config import LossConfig
 from ..objectives import clipped_surrogate, group_advantages, policy_loss
+from ..validation import ADV_SCALES, AGGREGATIONS, RATIO_LEVELS  # noqa: F401  (AGGREGATIONS: re-exported)
 
-LEVELS = ("token", "sequence", "sequence_token")
-AGGREGATIONS = ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm")
-SCALES = ("group", "batch", "none")
+LEVELS, SCALES = RATIO_LEVELS, ADV_SCALES
+"""the allowed ratio levels and advantage scales (with AGGREGATIONS), read from `gpolib.validation` (one place)"""
 RESPONSES = ("short correct", "long wrong")
 
 

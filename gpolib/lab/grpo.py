@@ -13,7 +13,7 @@ import torch
 
 from ..objectives import group_advantages, k1_kl, k3_kl
 from . import stats
-from .verdicts import Verdict, at_least, grade
+from .verdicts import TOL, Exact, exact
 
 G1_RULE = stats.Greater("held-out accuracy (T = 1), GRPO - base", at_least=0.05)
 """G1: the accuracy of each seed's run after training minus the base's, >= 5 points (DESIGN, claims)"""
@@ -84,8 +84,8 @@ def verdict_g1(e: dict) -> stats.Verdict:
         f"held-out length {n['len_before']} -> {n['len_after']} tokens")
 
 
-def verdict_g2(e: dict) -> Verdict:
-    v = grade([e["k3_min"] >= 0, at_least(0.02, e["k3_rel_err"])])
+def verdict_g2(e: dict) -> Exact:
+    v = exact([e["k3_min"] >= 0, e["k3_rel_err"] <= 0.02 + TOL])
     return v, (f"min k3 {e['k3_min']:.2e}, rel. err {100 * e['k3_rel_err']:.2f}%, "
                f"Var k3/Var k1 = {e['k3_var'] / e['k1_var']:.3f}")
 

@@ -25,8 +25,8 @@ from ..logprobs import position_ids
 from ..moe import is_moe, record_routing
 from ..objectives import policy_loss, sequence_log_ratio
 from . import stats
-from .runs import mean_over, window
-from .verdicts import NOT, REPRODUCED, EXACT_TOL, Verdict
+from .runs import mean_over, run_key, window
+from .verdicts import NOT, REPRODUCED, EXACT_TOL, Exact
 
 ARMS = {"gspo": {"preset": "gspo"},
         "grpo": {"preset": "grpo", "mu": 4, "loss_eps_high": 0.28}}
@@ -263,7 +263,7 @@ def update_at_kl(model, ids, attn, mask, step_fn, target_kl: float, rtol: float 
 
 # ---------------------------------------------------------------- verdicts
 
-def verdict_p1(e: dict) -> Verdict:
+def verdict_p1(e: dict) -> Exact:
     keys = ("seq_ratio_err", "token_eq_err_value", "token_eq_err_grad", "one_token_err")
     worst = max(e[k] for k in keys)
     return (REPRODUCED if worst <= EXACT_TOL else NOT), f"largest identity error {worst:.1e}"
@@ -272,7 +272,7 @@ def verdict_p1(e: dict) -> Verdict:
 def p2_evidence(metrics_by_run: dict, summaries: dict, seeds) -> dict:
     """P2 evidence per seed (runs named "<arm>/seed<s>"): mean clip share over all steps, held-out accuracy
     at the end (T = 1), and the final training reward (reported)."""
-    return {f"{key}_{arm}": [fn(f"{arm}/seed{s}") for s in seeds] for arm in ("gspo", "grpo") for key, fn in (
+    return {f"{key}_{arm}": [fn(run_key(arm, s)) for s in seeds] for arm in ("gspo", "grpo") for key, fn in (
         ("clip", lambda run: clip_share(metrics_by_run[run])),
         ("acc", lambda run: summaries[run]["eval_end"]["acc/sample"]),
         ("reward", lambda run: final_mean(metrics_by_run[run])))}

@@ -22,6 +22,7 @@ import torch
 
 from ..objectives import decoupled_gae, gae, group_advantages, length_adaptive_lambda, terminal_rewards
 from . import stats
+from .runs import run_key
 
 ARMS = {
     "grpo": {"preset": "grpo"},
@@ -149,7 +150,7 @@ def verdict_v1(e: dict) -> stats.Verdict:
 # ---------------------------------------------------------------- V2: training
 
 def _end(summaries: dict, arm: str, seeds, key: str) -> list:
-    return [summaries[f"{arm}/seed{s}"]["eval_end"][key] for s in seeds]
+    return [summaries[run_key(arm, s)]["eval_end"][key] for s in seeds]
 
 
 def last_mean(metrics: list, key: str, frac: float = 0.25) -> float:
@@ -167,9 +168,9 @@ def v2_evidence(summaries: dict, metrics: dict, seeds) -> dict:
         out[f"acc_{arm}"] = _end(summaries, arm, seeds, "acc/sample")
         out[f"greedy_{arm}"] = _end(summaries, arm, seeds, "acc/greedy")
         out[f"len_{arm}"] = _end(summaries, arm, seeds, "len/mean")
-        out[f"entropy_{arm}"] = [last_mean(metrics[f"{arm}/seed{s}"], "entropy/mean") for s in seeds]
+        out[f"entropy_{arm}"] = [last_mean(metrics[run_key(arm, s)], "entropy/mean") for s in seeds]
     out["acc_base"] = _end({k: {"eval_end": v["eval_start"]} for k, v in summaries.items()}, "grpo", seeds, "acc/sample")
-    out["ev_vapo"] = [last_mean(metrics[f"vapo/seed{s}"], "value/explained_var") for s in seeds]
+    out["ev_vapo"] = [last_mean(metrics[run_key("vapo", s)], "value/explained_var") for s in seeds]
     return out
 
 
@@ -195,7 +196,7 @@ def seed_table(e: dict, seeds) -> pd.DataFrame:
     rows = {}
     for arm in ARMS:
         for i, s in enumerate(seeds):
-            rows[f"{arm}/seed{s}"] = {"acc (T=1)": e[f"acc_{arm}"][i], "acc (greedy)": e[f"greedy_{arm}"][i],
+            rows[run_key(arm, s)] = {"acc (T=1)": e[f"acc_{arm}"][i], "acc (greedy)": e[f"greedy_{arm}"][i],
                                      "len": e[f"len_{arm}"][i], "entropy (last 25%)": e[f"entropy_{arm}"][i]}
     return pd.DataFrame.from_dict(rows, orient="index").astype(float)
 
@@ -215,7 +216,7 @@ def arm_table(configs: dict, seed: int = 0) -> pd.DataFrame:
     def flat(c):
         d = c.to_dict()
         return {**{k: v for k, v in d.items() if k != "loss"}, **{f"loss.{k}": v for k, v in d["loss"].items()}}
-    arms = {name.split("/")[0]: flat(c) for name, c in configs.items() if name.endswith(f"/seed{seed}")}
+    arms = {name.split("/")[0]: flat(c) for name, c in configs.items() if name == run_key(name.split("/")[0], seed)}
     fields = [k for k in next(iter(arms.values())) if k != "name" and len({repr(a[k]) for a in arms.values()}) > 1]
     return pd.DataFrame({arm: {k: repr(a[k]) if a[k] is None else a[k] for k in fields} for arm, a in arms.items()}
                         ).astype(str)

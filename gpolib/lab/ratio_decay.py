@@ -14,18 +14,19 @@ import pandas as pd
 
 from ..objectives import sequence_log_ratio
 from . import stats
-from .verdicts import S1_SEQ_REL_TOL
 
 S1_MIN_BUCKET = 50
 """S1: responses per length bucket for 'reproduced' (DESIGN: >= 6 buckets of >= 50 responses)"""
-S1_SLOPE = stats.Slope("slope of Var[log prod rho] over the buckets' mean length (per token)", min_r2=0.5, min_points=6)
-S1_FLAT = stats.AtLeast(f"{S1_SEQ_REL_TOL:g} x that slope - slope of Var[log s_i] (the spread of log s_i does not grow)",
-                        at_least=0.0, fail_word=stats.PARTLY, fmt=".2e")
-S1_BUCKETS = stats.AtLeast("responses in the smallest length bucket", at_least=S1_MIN_BUCKET, fail_word=stats.PARTLY,
-                           fmt=".0f")
-S1_RULE = stats.AllOf(parts=(S1_SLOPE, S1_FLAT, S1_BUCKETS))
-"""S1: the token-ratio spread grows with length (slope interval above 0; R^2 and bucket counts for 'reproduced')
-while the sequence ratio's does not"""
+S1_SLOPE = stats.Slope("slope of V(L) = Var over responses of sum_{t<=L} log rho_t (pooled within step), L = 10..120",
+                       min_r2=0.5, min_points=6)
+S1_GEO = stats.AtLeast("V_geo(20) - V_geo(120), the spread of the prefix geometric mean (does not grow)", at_least=0.0,
+                       fmt=".2e")
+S1_RULE = stats.AllOf(parts=(S1_SLOPE, S1_GEO))
+"""S1 within responses (DESIGN): V(L) grows with L while the prefix geometric mean's spread does not; the slope's
+interval from a bootstrap over prompts in every seed (the per-token log ratios are not in the committed runs)"""
+S1_BUCKET = stats.Slope("across-response bucket slope of Var[log prod rho] per token of length (secondary)",
+                        min_r2=0.5, min_points=6)
+"""the old across-response measure, reported beside: confounded by the advantage and the 1/|o| weighting"""
 RULES = {"S1": S1_RULE}
 """claim id -> the rule that judges it and writes its criterion"""
 
@@ -123,14 +124,15 @@ def s1_evidence(buckets: pd.DataFrame) -> dict:
 
 
 def verdict_s1(e: dict) -> stats.Verdict:
-    """S1: `S1_RULE` on the bucket slope of Var[log prod rho], the flatness of Var[log s_i], the bucket sizes."""
-    prod = S1_SLOPE.judge(e["bucket_len"], e["var_log_prod_rho"])
-    if prod.fit is None:  # a bucket without a value: the claim cannot be judged
-        return S1_RULE.judge([prod, prod, prod])
-    seq = stats.fit_line(e["bucket_len"], e["var_log_s"]).slope
-    flat = S1_FLAT.judge(S1_SEQ_REL_TOL * abs(prod.fit.slope) - seq)
-    return S1_RULE.judge([prod, flat, S1_BUCKETS.judge(min(e["bucket_n"]))]).with_note(
-        f"Var[log s_i] slope {seq:.2e}/token")
+    """S1: the analytic value 0.99^200 and, within responses, `S1_RULE`; the committed runs keep one sum per response,
+    so the within-response part is not yet run and the verdict says so, with the old bucket slope reported beside
+    (its confound: log prod rho follows the advantage through the 1/|o| weight of the sample-level loss)."""
+    old = S1_BUCKET.judge(e["bucket_len"], e["var_log_prod_rho"])
+    v = stats.Verdict(stats.NOT_RUN, f"analytic 0.99^200 = {0.99 ** 200:.3f}; within-response V(L): not yet run; "
+                      f"{old.text} (across responses of different lengths: confounded by the advantage and the "
+                      "1/|o| weight, not accumulation)", S1_RULE.criterion, parts=(old,))
+    return stats.criterion_changed(v, "the criterion asks per-token log ratios of every response (3 seeds x 20 steps "
+                                   "at mu = 4) to compute V(L) and V_geo(L) within responses, not yet run")
 
 
 VERDICTS = {"S1": verdict_s1}

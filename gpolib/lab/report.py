@@ -12,7 +12,7 @@ run records "smoke: no verdict". `build(profile)` gathers the records into `clai
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
@@ -21,7 +21,7 @@ import yaml
 
 from .. import jsonio, paths
 from . import dapo, dr_grpo, gfpo, grpo, gspo, gspo_moe, ppo_vapo, ratio_decay, stats
-from .verdicts import NOT, NOT_RUN, PARTLY, REPRODUCED, Verdict  # noqa: F401  (the verdict words, re-exported)
+from .verdicts import INCONCLUSIVE, NOT, NOT_RUN, NOT_TESTED, PARTLY, REPRODUCED  # noqa: F401  (the words, re-exported)
 
 CLAIMS_FILE = Path(__file__).with_name("claims.yaml")
 
@@ -51,12 +51,20 @@ class Claim:
 
 
 _MODULES = (grpo, ratio_decay, dapo, gspo, gspo_moe, gfpo, dr_grpo, ppo_vapo)
+_WRITTEN = ("00_embedded_models", "01_grpo", "02_ratio_decay", "03_dapo", "04_gspo", "05_gfpo", "06_dr_grpo",
+            "07_ppo_vapo", "08_gspo_moe")
+"""the notebooks that exist; a claim of another notebook (09: C1-C4) is 'not yet run' until its module judges it"""
+
+
+def _not_yet_run(e: dict) -> tuple:
+    return NOT_RUN, "not yet run: its notebook is not written"
 
 
 def _load_claims() -> dict[str, Claim]:
     verdicts = {k: v for m in _MODULES for k, v in m.VERDICTS.items()}
     rules = {k: v for m in _MODULES for k, v in getattr(m, "RULES", {}).items()}
     rows = yaml.safe_load(CLAIMS_FILE.read_text())
+    verdicts.update({r["id"]: _not_yet_run for r in rows if r["notebook"] not in _WRITTEN})
     missing = sorted({r["id"] for r in rows} ^ set(verdicts))
     if missing:
         raise RuntimeError(f"claims without a verdict or verdicts without a claim: {missing}")
@@ -95,7 +103,9 @@ def judge(claim_id: str, evidence: dict) -> stats.Verdict:
         raise ValueError(f"claim {claim_id}: evidence is missing {', '.join(missing)} (needs {', '.join(claim.evidence)})")
     plain = json.loads(jsonio.dumps(evidence))
     v = claim.judge(plain)
-    return v if isinstance(v, stats.Verdict) else stats.Verdict(v[0], v[1], claim.criterion)
+    if not isinstance(v, stats.Verdict):
+        return stats.Verdict(v[0], v[1], claim.criterion)
+    return v if v.criterion else replace(v, criterion=claim.criterion)
 
 
 def record(claim_id: str, evidence: dict, runs: list[str], profile: str, root: Path | str | None = None,

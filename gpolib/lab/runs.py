@@ -35,6 +35,11 @@ def budget(*, steps: int, prompts_per_step: int, eval_prompts: int, eval_samples
     return out if group_size is None else {**out, "group_size": group_size}
 
 
+def run_key(arm: str, seed: int | None = None) -> str:
+    """The name of one run of an arm: "<arm>/seed<s>", or the bare "<arm>" when seed is None (`arm_of` inverts it)."""
+    return arm if seed is None else f"{arm}/seed{seed}"
+
+
 def configs(arms: dict, shared: dict, seeds=None) -> dict:
     """Run name -> TrainConfig: each arm ({"preset": name, **fields}) with the shared budget and a seed.
 
@@ -45,7 +50,7 @@ def configs(arms: dict, shared: dict, seeds=None) -> dict:
     for arm, spec in arms.items():
         fields = {k: v for k, v in spec.items() if k != "preset"}
         for s in ([None] if seeds is None else seeds):
-            name = arm if s is None else f"{arm}/seed{s}"
+            name = run_key(arm, s)
             seed = {} if s is None else {"seed": s}
             out[name] = presets.get(spec["preset"], **{**shared, **seed, **fields})
     return out

@@ -1,21 +1,20 @@
-"""Rules of evidence (DESIGN.md, "Rules of evidence"): the verdicts built on paired t-intervals.
+"""Rules of evidence (DESIGN.md, "Rules of evidence" and "Verdict words"): verdicts built on paired t-intervals.
 
-Each rule is a small frozen object with a `criterion` (the sentence a notebook prints beside the
-verdict) and a `judge(...)` that returns a `Verdict`; the sentence is written by the same object
-whose fields the judgement reads, so the two cannot disagree.
-
-- `Greater`   "A > B": mean of the per-seed differences A_s - B_s and its 95% t-interval (n-1 df);
-  reproduced when the interval excludes 0 in the claimed direction, partly when only the mean has
-  the claimed sign, not reproduced otherwise. `growth(...)` is its one-sample form (values > 0).
-- `NotWorse`  "A not worse than B": reproduced when the interval's lower end of A - B is >= -0.03,
-  partly when only the mean is.
-- `Slope`     a least-squares slope with its t-interval (k-2 df) and R^2 (S1).
-- `AtLeast`   a plain condition: a premise, or a check such as "clip ratio >= 10 in every seed".
-- `AllOf`     combines parts (the weakest word, or DESIGN's "partly if only one half holds") and
-  turns a failed premise into "not reproduced", naming it in the text.
-- `for_profile` / `no_verdict`: a smoke run prints "smoke: no verdict" instead of a word.
-
-A training rule never says "reproduced" from fewer than `min_seeds` (3) seeds, and its text says so.
+Each rule is a small frozen object with a `criterion` (the sentence a notebook prints beside the verdict) and a
+`judge(...)` that returns a `Verdict`; the sentence is written by the object whose fields the judgement reads.
+The words, one vocabulary for every claim:
+- reproduced      every part holds (a comparison: its 95% interval excludes the decision line on the claimed side);
+- partly          a claim of several parts, at least one reproduced and one not; the text names which. Never
+                  the word of a single comparison;
+- inconclusive    a comparison whose interval spans its line; the text gives the paired sd, the smallest
+                  difference this n detects (80% power, two-sided 5%, `intervals.detectable`) and the seeds needed
+                  for the paper's effect (where the rule has one) or the observed mean (`intervals.seeds_needed`);
+- not reproduced  the interval excludes the claimed side, or a premise the paper asserts failed (named);
+- not tested      a conditional claim whose condition did not occur (the measured condition printed);
+- smoke: no verdict, on smoke runs (`for_profile`); not yet run, a claim whose runs do not exist.
+Rules: `Greater` ("A > B", paired by seed; `growth` its one-sample form), `NotWorse` (non-inferiority, margin 0.03),
+`Slope` (a least-squares slope), `AtLeast` (a plain condition), `AllOf` (parts, premises and conditions).
+A training rule never says "reproduced" from fewer than `min_seeds` (3) seeds: it says inconclusive, and why.
 """
 from __future__ import annotations
 
@@ -23,113 +22,73 @@ import math
 from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
-from .intervals import LEVEL, Fit, Interval, finite, fit_line, mean_interval, paired, t_quantile  # noqa: F401
+from .intervals import (LEVEL, POWER, Fit, Interval, detectable, finite, fit_line, mean_interval,  # noqa: F401
+                        paired, seeds_needed, t_quantile)
+from .verdicts import (INCONCLUSIVE, NOT, NOT_RUN, NOT_TESTED, PARTLY, REPRODUCED, SMOKE, TOL, WORDS,  # noqa: F401
+                       Verdict, _f, describe, seed_mean)
 
-REPRODUCED, PARTLY, NOT, NOT_RUN = "reproduced", "partly", "not reproduced", "not yet run"
-SMOKE = "smoke: no verdict"
-"""what a smoke run prints and records instead of a verdict word"""
 MIN_SEEDS = 3
 """fewer seeds than this never make a training claim 'reproduced'"""
 NI_MARGIN = 0.03
 """non-inferiority margin: 3 points of accuracy / 0.03 reward"""
 TOL = 1e-9
 """float slack on thresholds (0.35 - 0.30 counts as a 5-point rise) and on signs (|mean| < TOL is 0, not > 0)"""
+POWER_METHOD = "t-quantile approximation"
+"""how `detectable` / `seeds_needed` compute power (named in every inconclusive verdict)"""
 
 
-# ---------------------------------------------------------------- the verdict record
-
-@dataclass(frozen=True)
-class Verdict:
-    """A judged claim (or one half of it): word, what we measured, and the rule that judged it."""
-
-    word: str
-    """reproduced | partly | not reproduced | smoke: no verdict"""
-    text: str
-    """our numbers in one line, with every reason the word is not better (seeds, premises)"""
-    criterion: str
-    """the rule, written by the object that applied it"""
-    interval: Optional[Interval] = None
-    """the interval of a mean the word rests on (Greater, NotWorse)"""
-    fit: Optional[Fit] = None
-    """the fitted line the word rests on (Slope)"""
-    parts: tuple["Verdict", ...] = ()
-    """the halves a combined verdict was built from"""
-    failed: tuple[str, ...] = ()
-    """premises that did not hold"""
-
-    def with_note(self, note: str) -> "Verdict":
-        """The same verdict with `note` appended to its text (numbers reported beside the judged ones)."""
-        return replace(self, text=f"{self.text}; {note}")
-
-    def line(self) -> str:
-        """'WORD — text' (a smoke verdict keeps its lower-case 'smoke: no verdict')."""
-        word = self.word if self.word == SMOKE else self.word.upper()
-        return f"{word} — {self.text}"
-
-    def show(self) -> str:
-        """The verdict and, under it, its criterion: what a notebook's claim cell prints."""
-        return f"{self.line()}\n  criterion: {self.criterion}"
-
-    def to_dict(self) -> dict:
-        """Plain JSON-ready record (None for missing interval ends, with the reason beside them)."""
-        out = {"word": self.word, "text": self.text, "criterion": self.criterion}
-        if self.interval is not None:
-            iv = self.interval
-            out.update(mean=iv.mean, sd=iv.sd, interval=[iv.lo, iv.hi], level=iv.level, n=iv.n, values=list(iv.values))
-            if iv.lo is None:
-                out.update(sd_why="one value: no spread", interval_why="one value: no interval")
-        if self.fit is not None:
-            f = self.fit
-            out.update(slope=f.slope, intercept=f.intercept, slope_se=f.se, interval=[f.lo, f.hi], r2=f.r2, k=f.k)
-            if f.lo is None:
-                out.update(slope_se_why="fewer than 3 points", interval_why="fewer than 3 points: no interval")
-        if self.parts:
-            out["parts"] = [p.to_dict() for p in self.parts]
-        if self.failed:
-            out["failed_premises"] = list(self.failed)
-        return out
+def power_note(iv: Interval, line: float, fmt: str, paper_effect: Optional[float] = None) -> str:
+    """Why an interval that spans its line cannot tell: the paired sd, the smallest difference this n detects
+    (80% power, two-sided 5%), and the seeds needed for the paper's effect (if given) or the observed mean,
+    each measured from the decision line `line`."""
+    if iv.sd is None:
+        return f"one seed ({iv.n}): no interval, no power"
+    dmin = detectable(iv.sd, iv.n)
+    effect, whose = (paper_effect, "the paper's effect") if paper_effect is not None else (iv.mean, "the observed mean")
+    n_need = seeds_needed(iv.sd, effect - line)
+    need = (f"{n_need} seeds would detect {whose} {format(effect, fmt)}" if n_need is not None and effect > line - TOL
+            else f"no number of seeds would detect {whose} {format(effect, fmt)}: it is not beyond the line")
+    return (f"paired sd {format(iv.sd, fmt.lstrip('+'))}; n={iv.n} detects a difference of "
+            f"{format(dmin, fmt.lstrip('+'))} from the line {format(line, fmt)} (80% power, two-sided 5%, "
+            f"{POWER_METHOD}); {need}")
 
 
-def _f(x: Optional[float], fmt: str) -> str:
-    return "n/a" if x is None else format(x, fmt)
-
-
-def describe(iv: Interval, what: str, fmt: str = "+.3f") -> str:
-    """'what: mean +0.033, 95% CI [-0.005, +0.071] over n=3 (per seed +0.020, +0.050, +0.030)'."""
-    ci = f"{round(100 * iv.level)}% CI [{_f(iv.lo, fmt)}, {_f(iv.hi, fmt)}]" if iv.lo is not None else "no interval"
-    seeds = ", ".join(format(v, fmt) for v in iv.values)
-    return f"{what}: mean {format(iv.mean, fmt)}, {ci} over n={iv.n} (per seed {seeds})"
-
-
-def seed_mean(values: Sequence[Optional[float]], fmt: str = ".3f") -> str:
-    """The mean over seeds of a reported (not judged) number, formatted; 'n/a' if a seed has no value."""
-    vals = [v for v in values if v is not None and math.isfinite(float(v))]
-    return format(sum(vals) / len(vals), fmt) if vals and len(vals) == len(values) else "n/a"
-
-
-def _seed_cap(word: str, n: int, min_seeds: int, text: str) -> tuple[str, str]:
-    """Fewer than `min_seeds` seeds: 'reproduced' becomes 'partly', and the text says why."""
-    if n >= min_seeds:
-        return word, text
-    note = f"only {n} seed{'s' * (n != 1)} (< {min_seeds}): at most partly"
-    return (PARTLY if word == REPRODUCED else word), f"{text}; {note}"
+def compare(iv: Interval, line: float, what: str, fmt: str, *, at_least: Optional[float] = None,
+            paper_effect: Optional[float] = None, min_seeds: int = MIN_SEEDS) -> tuple[str, str]:
+    """(word, text) of one comparison 'mean > line' (and mean >= at_least): reproduced when the interval's lower
+    end is above the line (and the mean reaches `at_least`); not reproduced when its upper end is below the line
+    (or below `at_least`: the interval excludes the claimed size); inconclusive otherwise, with `power_note`."""
+    text = describe(iv, what, fmt)
+    size = line if at_least is None else max(line, at_least)
+    if iv.lo is not None and iv.lo > line + TOL and iv.mean >= size - TOL:
+        if iv.n >= min_seeds:
+            return REPRODUCED, text
+        return INCONCLUSIVE, f"{text}; only {iv.n} seeds (< {min_seeds}): not enough to say reproduced"
+    if iv.hi is not None and iv.hi < size - TOL:
+        return NOT, text
+    return INCONCLUSIVE, f"{text}; inconclusive: {power_note(iv, size, fmt, paper_effect)}"
 
 
 def _seeds_clause(min_seeds: int) -> str:
-    return f"; fewer than {min_seeds} seeds: at most partly" if min_seeds > 1 else ""
+    return f"; fewer than {min_seeds} seeds: at most inconclusive" if min_seeds > 1 else ""
 
 
 def _missing(rule, *seqs) -> Optional[Verdict]:
-    """'not reproduced' naming the positions without a value (None / NaN / inf), or None when all have one.
+    """'inconclusive' naming the positions without a value (None / NaN / inf), or None when all have one.
 
-    A missing measurement (e.g. no incorrect answer in a window) cannot support a claim; it is reported,
-    never skipped, so a verdict always rests on every seed it names.
+    A missing measurement (e.g. no incorrect answer in a window) cannot support or refute a claim; it is
+    reported, never skipped, so a verdict always rests on every seed it names.
     """
     bad = sorted({i for seq in seqs for i, v in enumerate(seq)
                   if v is None or not math.isfinite(float(v))})
     if not bad:
         return None
-    return Verdict(NOT, f"{rule.what}: no value at position(s) {bad} (seed index); cannot judge", rule.criterion)
+    return Verdict(INCONCLUSIVE, f"{rule.what}: no value at position(s) {bad} (seed index); cannot judge",
+                   rule.criterion)
+
+
+_SPANS = "inconclusive when it spans the line"
+_BELOW = "not reproduced when its upper end is below it"
 
 
 # ---------------------------------------------------------------- rules
@@ -141,36 +100,29 @@ class Greater:
     what: str
     """the judged quantity, e.g. 'held-out accuracy, GRPO - base'"""
     at_least: float = 0.0
-    """reproduced also needs mean >= at_least (G1: 0.05 = 5 points)"""
-    partly_at_least: Optional[float] = None
-    """None: partly = mean > 0. Else partly needs the interval above 0 and mean >= this (F1: 0.10)"""
+    """reproduced also needs mean >= at_least (G1: 0.05 = 5 points; F1: ELR 0.46)"""
     paired: bool = True
     min_seeds: int = MIN_SEEDS
     fmt: str = "+.3f"
+    paper_effect: Optional[float] = None
+    """the paper's own size of the difference, for the seeds an inconclusive verdict would need (None: the mean)"""
 
     @property
     def criterion(self) -> str:
         d = "A_s - B_s, paired by seed" if self.paired else "the per-seed values"
         need = f" and the mean >= {format(self.at_least, self.fmt)}" if self.at_least > 0 else ""
-        partly = ("partly when the mean > 0" if self.partly_at_least is None else
-                  f"partly when the interval's lower end > 0 and the mean >= {format(self.partly_at_least, self.fmt)}")
+        line = format(self.at_least, self.fmt) if self.at_least > 0 else "0"
         return (f"{self.what} > 0: mean of {d}, {round(100 * LEVEL)}% t-interval (n-1 df); reproduced when "
-                f"the interval's lower end > 0{need}; {partly}; otherwise not reproduced"
-                + _seeds_clause(self.min_seeds))
+                f"the interval's lower end > 0{need}; not reproduced when its upper end < {line}; otherwise "
+                "inconclusive" + _seeds_clause(self.min_seeds))
 
     def judge(self, a: Sequence[float], b: Optional[Sequence[float]] = None) -> Verdict:
         missing = _missing(self, a, *([] if b is None else [b]))
         if missing:
             return missing
         iv = paired(a, b) if self.paired else mean_interval(a)
-        above = iv.lo is not None and iv.lo > TOL
-        if above and iv.mean >= self.at_least - TOL:
-            word = REPRODUCED
-        elif self.partly_at_least is None:
-            word = PARTLY if iv.mean > TOL else NOT
-        else:
-            word = PARTLY if above and iv.mean >= self.partly_at_least - TOL else NOT
-        word, text = _seed_cap(word, iv.n, self.min_seeds, describe(iv, self.what, self.fmt))
+        word, text = compare(iv, 0.0, self.what, self.fmt, at_least=self.at_least or None,
+                             paper_effect=self.paper_effect, min_seeds=self.min_seeds)
         return Verdict(word, text, self.criterion, iv)
 
 
@@ -181,7 +133,7 @@ def growth(what: str, **kw) -> Greater:
 
 @dataclass(frozen=True)
 class NotWorse:
-    """'A not worse than B': non-inferiority of A - B with margin `margin`, paired by seed."""
+    """'A not worse than B': non-inferiority of A - B with margin `margin`, paired by seed (line: -margin)."""
 
     what: str
     """the judged difference, e.g. 'held-out accuracy, GSPO - GRPO'"""
@@ -193,7 +145,7 @@ class NotWorse:
     def criterion(self) -> str:
         return (f"{self.what} not worse than -{self.margin:g}: mean of A_s - B_s, paired by seed, "
                 f"{round(100 * LEVEL)}% t-interval (n-1 df); reproduced when the interval's lower end >= "
-                f"-{self.margin:g}; partly when only the mean >= -{self.margin:g}; otherwise not reproduced"
+                f"-{self.margin:g}; not reproduced when its upper end < -{self.margin:g}; otherwise inconclusive"
                 + _seeds_clause(self.min_seeds))
 
     def judge(self, a: Sequence[float], b: Sequence[float]) -> Verdict:
@@ -201,19 +153,16 @@ class NotWorse:
         if missing:
             return missing
         iv = paired(a, b)
-        if iv.lo is not None and iv.lo >= -self.margin - TOL:
-            word = REPRODUCED
-        else:
-            word = PARTLY if iv.mean >= -self.margin - TOL else NOT
-        word, text = _seed_cap(word, iv.n, self.min_seeds, describe(iv, self.what, self.fmt))
+        word, text = compare(iv, -self.margin - 2 * TOL, self.what, self.fmt, min_seeds=self.min_seeds)
         return Verdict(word, text, self.criterion, iv)
+
 
 @dataclass(frozen=True)
 class Slope:
-    """'y grows with x': the slope's interval above 0, with R^2 and enough points for 'reproduced' (S1)."""
+    """'y grows with x': the slope's interval above 0, with R^2 and enough points for 'reproduced'."""
 
     what: str
-    """e.g. 'slope of Var[log prod rho] per token of length'"""
+    """e.g. 'slope of V(L) per token of prefix'"""
     min_r2: float = 0.5
     min_points: int = 6
     fmt: str = ".2e"
@@ -222,30 +171,35 @@ class Slope:
     def criterion(self) -> str:
         return (f"{self.what} > 0: least-squares slope with its {round(100 * LEVEL)}% t-interval (k-2 df); "
                 f"reproduced when the interval's lower end > 0, R^2 >= {self.min_r2:g} and k >= {self.min_points} "
-                "points; partly when only the lower end > 0; otherwise not reproduced")
+                "points; not reproduced when its upper end < 0; otherwise inconclusive")
 
     def judge(self, x: Sequence[float], y: Sequence[float]) -> Verdict:
         missing = _missing(self, x, y)
         if missing:
             return missing
         f = fit_line(x, y)
-        above = f.lo is not None and f.lo > 0
         enough = f.r2 >= self.min_r2 - TOL and f.k >= self.min_points
-        word = REPRODUCED if above and enough else PARTLY if above else NOT
         ci = f"95% CI [{_f(f.lo, self.fmt)}, {_f(f.hi, self.fmt)}]" if f.lo is not None else "no interval"
         text = f"{self.what}: {format(f.slope, self.fmt)}, {ci}, R^2 {f.r2:.2f} over k={f.k}"
+        if f.lo is not None and f.lo > 0 and enough:
+            word = REPRODUCED
+        elif f.hi is not None and f.hi < 0:
+            word = NOT
+        else:
+            word = INCONCLUSIVE
+            if f.lo is not None and f.lo > 0:
+                text += f"; inconclusive: R^2 < {self.min_r2:g} or fewer than {self.min_points} points"
         return Verdict(word, text, self.criterion, fit=f)
 
 
 @dataclass(frozen=True)
 class AtLeast:
-    """A plain condition 'value >= at_least' (each value with `every`, else their mean): a premise or a check."""
+    """A plain condition 'value >= at_least' (each value with `every`, else their mean): a premise, a check, or the
+    condition of a conditional claim (`AllOf(conditions=...)`)."""
 
     what: str
     at_least: float
     every: bool = False
-    fail_word: str = NOT
-    """word when the condition fails (S1's 'spread of log s_i does not grow' only demotes to partly)"""
     fmt: str = ".3f"
 
     @property
@@ -263,49 +217,63 @@ class AtLeast:
         shown = ", ".join(format(v, self.fmt) for v in vals)
         text = (f"{self.what} {format(got, self.fmt)} {'>=' if holds else '<'} {format(self.at_least, self.fmt)}"
                 + (f" ({'lowest' if self.every else 'mean'} of {shown})" if len(vals) > 1 else ""))
-        return Verdict(REPRODUCED if holds else self.fail_word, text, self.criterion)
+        return Verdict(REPRODUCED if holds else NOT, text, self.criterion)
 
 
 # ---------------------------------------------------------------- combining
 
-_RANK = {NOT: 0, PARTLY: 1, REPRODUCED: 2}
-HALVES = "halves"
-"""combine mode: reproduced when every part is; partly when one is, or all are at least partly (R2)"""
-WORST = "worst"
-"""combine mode: the weakest part's word (a claim of the form 'X and Y')"""
+def _name(rule, v: Verdict) -> str:
+    return getattr(rule, "what", v.text.split(":")[0])
 
 
 @dataclass(frozen=True)
 class AllOf:
-    """A claim built of parts, optionally resting on premises that must hold first."""
+    """A claim built of parts, resting on premises (a failed one: not reproduced) and, for a conditional claim, on
+    conditions (one that did not occur: not tested, the measured condition printed)."""
 
     parts: tuple
     """rules (Greater, NotWorse, Slope, AtLeast) whose verdicts are combined, in this order"""
-    mode: str = WORST
     premises: tuple = ()
-    """AtLeast rules; a failed one makes the claim 'not reproduced', named in the text"""
+    """rules for what the paper asserts and the claim presumes (e.g. GRPO lengthens answers)"""
+    conditions: tuple = ()
+    """AtLeast rules for the situation a conditional claim is about (e.g. routing that changes)"""
 
     @property
     def criterion(self) -> str:
-        how = ("reproduced when every part is; partly when one part is, or every part is at least partly"
-               if self.mode == HALVES else "the word of the weakest part")
         pre = "".join(f"premise: {p.criterion} (else not reproduced); " for p in self.premises)
-        return pre + " AND ".join(f"[{p.criterion}]" for p in self.parts) + f"; combined: {how}"
+        cond = "".join(f"condition: {c.criterion} (else not tested); " for c in self.conditions)
+        return (cond + pre + " AND ".join(f"[{p.criterion}]" for p in self.parts)
+                + "; combined: reproduced when every part is; partly when at least one part is reproduced and one "
+                "is not (named); else not reproduced if a part is, otherwise inconclusive")
 
-    def judge(self, parts: Sequence[Verdict], premises: Sequence[Verdict] = ()) -> Verdict:
-        if len(parts) != len(self.parts) or len(premises) != len(self.premises):
-            raise ValueError(f"AllOf: expected {len(self.parts)} parts and {len(self.premises)} premises, "
-                             f"got {len(parts)} and {len(premises)}")
-        ranks = [_RANK[p.word] for p in parts]
-        if self.mode == HALVES:
-            word = REPRODUCED if min(ranks) == 2 else PARTLY if max(ranks) == 2 or min(ranks) >= 1 else NOT
-        else:
-            word = {v: k for k, v in _RANK.items()}[min(ranks)]
-        failed = tuple(p.text for p in premises if p.word != REPRODUCED)
-        text = "; ".join(p.text for p in parts)
-        if failed:
+    def _word(self, parts: Sequence[Verdict]) -> tuple[str, str]:
+        words = [p.word for p in parts]
+        if all(w == REPRODUCED for w in words):
+            return REPRODUCED, ""
+        if any(w in (REPRODUCED, PARTLY) for w in words):
+            held = [_name(r, v) for r, v in zip(self.parts, parts) if v.word == REPRODUCED]
+            not_held = [f"{_name(r, v)} ({v.word})" for r, v in zip(self.parts, parts) if v.word != REPRODUCED]
+            return PARTLY, f"holds: {'; '.join(held) or 'none in full'} — does not: {'; '.join(not_held)}. "
+        return (NOT if NOT in words else INCONCLUSIVE), ""
+
+    def judge(self, parts: Sequence[Verdict], premises: Sequence[Verdict] = (),
+              conditions: Sequence[Verdict] = ()) -> Verdict:
+        if (len(parts), len(premises), len(conditions)) != (len(self.parts), len(self.premises), len(self.conditions)):
+            raise ValueError(f"AllOf: expected {len(self.parts)} parts, {len(self.premises)} premises and "
+                             f"{len(self.conditions)} conditions, got {len(parts)}, {len(premises)}, {len(conditions)}")
+        word, named = self._word(parts)
+        text = named + "; ".join(p.text for p in parts)
+        unmet = tuple(c.text for c in conditions if c.word != REPRODUCED)
+        failed = tuple(p.text for p in premises if p.word == NOT)
+        unsure = tuple(p.text for p in premises if p.word not in (REPRODUCED, NOT))
+        if unmet:
+            word, text = NOT_TESTED, "not tested: condition not met: " + "; ".join(unmet) + " — " + text
+        elif failed:
             word, text = NOT, "premise failed: " + "; ".join(failed) + " — " + text
-        return Verdict(word, text, self.criterion, parts=tuple(parts) + tuple(premises), failed=failed)
+        elif unsure and word != NOT:
+            word, text = INCONCLUSIVE, "premise inconclusive: " + "; ".join(unsure) + " — " + text
+        return Verdict(word, text, self.criterion, parts=tuple(parts) + tuple(premises) + tuple(conditions),
+                       failed=failed + unmet)
 
 
 def no_verdict(v: Verdict) -> Verdict:
@@ -316,3 +284,8 @@ def no_verdict(v: Verdict) -> Verdict:
 def for_profile(v: Verdict, profile: str) -> Verdict:
     """The verdict to print and record under `profile`: smoke runs never carry a verdict word."""
     return no_verdict(v) if profile == "smoke" else v
+
+
+def criterion_changed(v: Verdict, still_needs: str) -> Verdict:
+    """`v` with the note that its criterion changed after its data were seen, and what the new one still needs."""
+    return v.with_note(f"the criterion changed after these data were seen; {still_needs}")
