@@ -4,6 +4,12 @@ Efficiency: rows are sorted by length and processed in chunks, each trimmed to i
 prompt and completion (less padding); only completion positions reach the LM head
 (`logits_to_keep`); log-probs are gathered per chunk, so no (B, T, V) log-softmax is kept
 beyond what autograd needs for the chunk.
+
+Packed (`packed=True`): the real tokens of a chunk's rows (prompt + completion, no padding) are concatenated into
+one sequence of batch 1 whose position ids restart at 0 per row; with no attention mask, transformers
+(`masking_utils.find_packed_sequence_indices`) reads the restarts as sequence boundaries and attends within each
+row only (a block-diagonal causal mask for sdpa / eager). No position is padding, and only the positions that
+predict a completion token reach the LM head (`logits_to_keep` as an index tensor).
 """
 from __future__ import annotations
 
@@ -23,9 +29,14 @@ def _chunk_logps(model, p_ids, p_mask, c_ids, c_mask, temperature: float, with_e
     # logits at positions P-1 .. P+T-2 predict completion tokens 0 .. T-1
     logits = model(input_ids=ids, attention_mask=attn, position_ids=position_ids(attn),
                    logits_to_keep=T + 1, use_cache=False).logits[:, :-1]  # (b, T, V)
-    logits = logits.float() / temperature
-    lse = torch.logsumexp(logits, dim=-1)  # (b, T)
-    logps = logits.gather(-1, c_ids.unsqueeze(-1)).squeeze(-1) - lse
+    return _logps_of_logits(logits, c_ids, temperature, with_entropy)
+
+
+def _logps_of_logits(logits, targets, temperature: float, with_entropy: bool):
+    """logits (..., V), targets (...) -> log softmax(logits / temperature) at the targets (...), entropy or None."""
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature  # bf16 up, fp64 kept
+    lse = torch.logsumexp(logits, dim=-1)  # (...)
+    logps = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse
     ent = None
     if with_entropy:
         with torch.no_grad():
@@ -33,26 +44,59 @@ def _chunk_logps(model, p_ids, p_mask, c_ids, c_mask, temperature: float, with_e
     return logps, ent
 
 
+def packed_layout(prompt_mask, completion_mask) -> tuple:
+    """Where each real token goes in the packed sequence: keep (b, P + T) bool (row-major order is the packed order),
+    position ids (N,) restarting at 0 per row, and the packed index (N_c,) of the token that predicts each real
+    completion token (row-major over completion_mask)."""
+    keep = torch.cat([prompt_mask, completion_mask], dim=1).bool()  # (b, P + T)
+    if not bool(prompt_mask.bool().any(dim=1).all()):
+        raise ValueError("packed=True needs at least one prompt token per row (the first completion token's context)")
+    pos = position_ids(keep)[keep]  # (N,)
+    index = torch.full(keep.shape, -1, dtype=torch.long, device=keep.device)
+    index[keep] = torch.arange(int(keep.sum()), device=keep.device)  # (b, P + T)
+    P = prompt_mask.shape[1]
+    predictor = index[:, P:][completion_mask.bool()] - 1  # (N_c,): the token just before each completion token
+    return keep, pos, predictor
+
+
+def _packed_chunk_logps(model, p_ids, p_mask, c_ids, c_mask, temperature: float, with_entropy: bool):
+    """One chunk as one packed sequence of batch 1: (b, P), (b, T) -> logps (b, T), entropy (b, T) or None."""
+    keep, pos, predictor = packed_layout(p_mask, c_mask)
+    ids = torch.cat([p_ids, c_ids], dim=1)[keep]  # (N,)
+    # attention_mask=None: transformers finds the rows from the restarting position ids
+    logits = model(input_ids=ids[None], attention_mask=None, position_ids=pos[None], logits_to_keep=predictor,
+                   use_cache=False).logits[0]  # (N_c, V)
+    real = c_mask.bool()  # (b, T)
+    lp, en = _logps_of_logits(logits, c_ids[real], temperature, with_entropy)  # (N_c,)
+    logps = torch.zeros(c_ids.shape, dtype=lp.dtype, device=lp.device).masked_scatter(real, lp)  # (b, T)
+    ent = torch.zeros_like(logps).masked_scatter(real, en) if with_entropy else None
+    return logps, ent
+
+
 def completion_logps(model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature: float = 1.0,
-                     chunk_rows: int = 64, with_entropy: bool = False, bucket: bool = True):
+                     chunk_rows: int = 64, with_entropy: bool = False, bucket: bool = True, packed: bool = False):
     """log pi(o_t | q, o_<t) under softmax(logits / temperature), for each completion token.
 
     prompt_ids/mask (B, P) left-padded, completion_ids/mask (B, T) right-padded
     -> logps (B, T) [, entropy (B, T) detached]; zeros on padding.
     bucket=False keeps the rows' order and padding in one pass per chunk (needed by routing replay).
+    packed=True feeds each chunk of `chunk_rows` rows (in their order) as one packed sequence without padding
+    (module docstring); a routing record of it is in packed order, `moe.to_packed` turns a padded one into it.
     """
     B, T = completion_ids.shape
     c_len = completion_mask.sum(dim=1)  # (B,)
-    order = torch.argsort(c_len, stable=True) if bucket else torch.arange(B, device=c_len.device)
+    order = torch.argsort(c_len, stable=True) if bucket and not packed else torch.arange(B, device=c_len.device)
     pad = lambda x: torch.nn.functional.pad(x, (0, T - x.shape[1]))  # (b, t) -> (b, T)
     lps, ents = [], []
     for s in range(0, B, chunk_rows):
         rows = order[s:s + chunk_rows]
-        t = int(c_len[rows].max()) if bucket else T
-        p_keep = prompt_mask[rows].sum(dim=1).max() if bucket else prompt_ids.shape[1]
+        trim = bucket and not packed
+        t = int(c_len[rows].max()) if trim else T
+        p_keep = prompt_mask[rows].sum(dim=1).max() if trim else prompt_ids.shape[1]
         p0 = prompt_ids.shape[1] - int(p_keep)  # left padding shared by every row of the chunk
-        lp, en = _chunk_logps(model, prompt_ids[rows, p0:], prompt_mask[rows, p0:], completion_ids[rows, :t],
-                              completion_mask[rows, :t], temperature, with_entropy)
+        chunk = _packed_chunk_logps if packed else _chunk_logps
+        lp, en = chunk(model, prompt_ids[rows, p0:], prompt_mask[rows, p0:], completion_ids[rows, :t],
+                       completion_mask[rows, :t], temperature, with_entropy)
         lps.append(pad(lp))
         ents.append(pad(en) if with_entropy else None)
     back = torch.argsort(order)  # chunk order -> original row order

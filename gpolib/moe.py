@@ -90,6 +90,18 @@ def replay_routing(model, experts_per_layer: list):
             h.remove()
 
 
+def to_packed(experts_per_layer: list, keep: torch.Tensor) -> list:
+    """A padded routing record -> the packed one (`logprobs.completion_logps(packed=True)`): each layer's (b*L, k)
+    experts of b rows of L positions, kept at the real positions `keep` (b, L) in row-major order -> (N, k)."""
+    flat = keep.reshape(-1).bool()  # (b*L,)
+    out = []
+    for e in experts_per_layer:
+        if e.shape[0] != flat.shape[0]:
+            raise ValueError(f"routing record has {e.shape[0]} tokens, the padded rows {flat.shape[0]}")
+        out.append(e[flat.to(e.device)])
+    return out
+
+
 def routing_change(before: list, after: list) -> torch.Tensor:
     """Share of tokens whose top-k expert set changed, per layer. Lists of (N, k) -> (n_layers,)."""
     out = []

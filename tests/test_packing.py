@@ -1,0 +1,142 @@
+"""Packed micro-batches (`completion_logps(packed=True)`): the rows' real tokens in one sequence of batch 1, position
+ids restarting per row, attention kept within each row by transformers' packed-sequence mask. Log-probs, entropies,
+a policy loss and the LoRA gradients equal the padded path's to 1e-6 relative (dense and MoE, left-padded prompts
+of different lengths, T != 1), and MoE routing recorded on the padded layout replays exactly on the packed one."""
+import pytest
+import torch
+
+from gpolib import moe
+from gpolib.config import LossConfig
+from gpolib.logprobs import completion_logps, packed_layout
+from gpolib.models import EMBEDDED, load_policy
+from gpolib.objectives import policy_loss
+
+TEMPERATURE = 0.7
+RTOL = 1e-6
+
+
+def _policy(arch: str, dtype: str = "float64"):
+    """In float64 the two paths differ only by rounding far below 1e-6, so the tolerance tests the layout; float32
+    is checked apart (its rounding alone reaches ~2e-6 in the entropy's logsumexp - E[logit])."""
+    torch.manual_seed(0)
+    model, _ = load_policy(EMBEDDED[arch], lora_r=4, lora_alpha=8, dtype=dtype)
+    if arch == "moe" and dtype == "float64":  # torch's grouped matmul has no float64 kernel
+        model.get_base_model().set_experts_implementation("eager")
+    with torch.no_grad():  # a trained adapter: at B = 0 the LoRA gradients of A vanish
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.05)
+    return model
+
+
+def _batch(B: int = 5, P: int = 9, T: int = 13, seed: int = 1) -> tuple:
+    """Left-padded prompts (B, P) and right-padded completions (B, T) of different lengths."""
+    g = torch.Generator().manual_seed(seed)
+    p_len = torch.tensor([9, 3, 6, 1, 7][:B])
+    c_len = torch.tensor([13, 1, 8, 5, 11][:B])
+    pos = torch.arange(P)
+    p_mask = (pos[None] >= P - p_len[:, None]).long()  # (B, P)
+    c_mask = (torch.arange(T)[None] < c_len[:, None]).long()  # (B, T)
+    p_ids = torch.randint(2, 99, (B, P), generator=g) * p_mask
+    c_ids = torch.randint(2, 99, (B, T), generator=g) * c_mask
+    return p_ids, p_mask, c_ids, c_mask
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).abs().max() / b.abs().max())
+
+
+def _loss_and_grads(model, batch, packed: bool, chunk_rows: int) -> tuple:
+    model.zero_grad(set_to_none=True)
+    lp, ent = completion_logps(model, *batch, temperature=TEMPERATURE, chunk_rows=chunk_rows, with_entropy=True,
+                               packed=packed)
+    mask = batch[3].to(lp.dtype)
+    old = lp.detach() - 0.1 * torch.linspace(-1, 1, lp.shape[1], dtype=lp.dtype)[None] * mask  # ratios != 1: clipping active
+    adv = torch.tensor([1.0, -0.5, 0.3, -1.2, 0.8], dtype=lp.dtype)
+    cfg = LossConfig(ratio_level="token", eps_low=0.2, eps_high=0.28, aggregation="seq_mean_token_mean")
+    loss, _ = policy_loss(lp, old, adv, mask, cfg)
+    loss.backward()
+    grads = torch.cat([p.grad.flatten() for n, p in model.named_parameters() if p.requires_grad])
+    return lp.detach(), ent, loss.detach(), grads
+
+
+def test_packed_layout_by_hand():
+    """Rows [pad, a, b | c, pad] and [d, e, f | g, h]: packed a b c d e f g h, positions 0 1 2 0 1 2 3 4; the
+    completion tokens c, g, h are predicted from b, f, g (packed indices 1, 5, 6)."""
+    keep, pos, predictor = packed_layout(torch.tensor([[0, 1, 1], [1, 1, 1]]), torch.tensor([[1, 0], [1, 1]]))
+    assert keep.tolist() == [[False, True, True, True, False], [True] * 5]
+    assert pos.tolist() == [0, 1, 2, 0, 1, 2, 3, 4]
+    assert predictor.tolist() == [1, 5, 6]
+
+
+@pytest.mark.parametrize("arch", ["dense", "moe"])
+@pytest.mark.parametrize("chunk_rows", [5, 2])
+def test_packed_equals_padded(arch, chunk_rows):
+    model = _policy(arch)
+    model.train()
+    batch = _batch()
+    lp0, ent0, loss0, g0 = _loss_and_grads(model, batch, packed=False, chunk_rows=5)
+    lp1, ent1, loss1, g1 = _loss_and_grads(model, batch, packed=True, chunk_rows=chunk_rows)
+    mask = batch[3].bool()
+    assert _rel(lp1, lp0) < RTOL and _rel(ent1, ent0) < RTOL
+    assert (lp1[~mask] == 0).all() and (ent1[~mask] == 0).all()  # same layout: zeros on padding
+    assert abs(float(loss1 - loss0)) / abs(float(loss0)) < RTOL
+    assert _rel(g1, g0) < RTOL and float(g0.abs().max()) > 0
+
+
+@pytest.mark.parametrize("arch", ["dense", "moe"])
+def test_packed_equals_padded_in_float32(arch):
+    model = _policy(arch, dtype="float32")
+    model.train()
+    batch = _batch()
+    out0 = _loss_and_grads(model, batch, packed=False, chunk_rows=5)
+    out1 = _loss_and_grads(model, batch, packed=True, chunk_rows=5)
+    assert max(_rel(a, b) for a, b in zip(out1, out0)) < 1e-5
+
+
+def test_packed_attention_stays_within_each_row():
+    """Changing row 0's tokens leaves every other row's packed log-probs exactly as they were."""
+    model = _policy("dense")
+    model.eval()
+    p_ids, p_mask, c_ids, c_mask = _batch()
+    with torch.no_grad():
+        lp = completion_logps(model, p_ids, p_mask, c_ids, c_mask, temperature=TEMPERATURE, packed=True)
+        c2 = c_ids.clone()
+        c2[0, :5] = (c2[0, :5] + 7) % 97 + 2
+        lp2 = completion_logps(model, p_ids, p_mask, c2, c_mask, temperature=TEMPERATURE, packed=True)
+    assert (lp2[1:] - lp[1:]).abs().max() < 1e-12
+    assert (lp2[0] - lp[0]).abs().max() > 1e-3
+
+
+def test_packed_needs_a_prompt_token_per_row():
+    with pytest.raises(ValueError, match="packed=True"):
+        packed_layout(torch.tensor([[0, 0], [1, 1]]), torch.tensor([[1, 1], [1, 0]]))
+
+
+def test_padded_routing_record_replays_on_the_packed_sequence():
+    """Experts recorded on the padded rows (bucket=False, Routing Replay's pi_old pass), moved to the packed order by
+    `moe.to_packed`: the packed pass routes the real tokens as the padded one did, and forced experts replayed on
+    the packed sequence give the padded replay's log-probs."""
+    model = _policy("moe")
+    model.eval()
+    batch = _batch()
+    n_layers = len(moe.routers(model))
+    with torch.no_grad():
+        store: list = []
+        with moe.record_routing(model, store):
+            lp0 = completion_logps(model, *batch, temperature=TEMPERATURE, bucket=False)
+        padded = moe.stack_by_layer(store, n_layers)  # (B*(P+T), k) per layer
+        keep = torch.cat([batch[1], batch[3]], dim=1)
+        forced = [(e + 1) % 8 for e in padded]  # other experts (of 8) than the router's own choice
+        with moe.replay_routing(model, forced):
+            lp_pad = completion_logps(model, *batch, temperature=TEMPERATURE, bucket=False)
+        packed_rec: list = []
+        with moe.record_routing(model, packed_rec):  # the router's own choice on the packed sequence
+            completion_logps(model, *batch, temperature=TEMPERATURE, packed=True)
+        with moe.replay_routing(model, moe.to_packed(forced, keep)):
+            lp_pack = completion_logps(model, *batch, temperature=TEMPERATURE, packed=True)
+    assert all(torch.equal(a, b) for a, b in zip(moe.stack_by_layer(packed_rec, n_layers), moe.to_packed(padded, keep)))
+    assert _rel(lp_pack, lp_pad) < RTOL
+    assert (lp_pad - lp0).abs().max() > 1e-4  # the replay did change the experts
+    with pytest.raises(ValueError, match="routing record"):
+        moe.to_packed(padded, keep[:, 1:])
