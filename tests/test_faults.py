@@ -115,7 +115,7 @@ def _contender(path, start, done, out):
 @pytest.mark.parametrize("stale", ["dead pid", "empty"])
 def test_stale_lock_takeover_has_exactly_one_winner(stale, tmp_path):
     ctx = mp.get_context("fork")
-    n, trials = 4, 100
+    n, trials = 4, 200
     for trial in range(trials):
         path = tmp_path / f"r{trial}"
         path.mkdir()
@@ -328,3 +328,19 @@ def test_read_only_folder_is_reported(tmp_path, monkeypatch, capsys):
 def test_reproduce_only_empty_is_refused(capsys):
     code, err = _cli(["reproduce", "--profile", "smoke", "--only", ""], capsys)
     assert code == EXIT_USER and "names no notebook" in err
+
+
+# --- 6. notebook parameters ------------------------------------------------------------------------------
+@pytest.mark.parametrize("name,value", [("SEEDS", 0), ("SEEDS", -1), ("SEEDS", 1.5), ("SEEDS", "3"), ("SEEDS", True),
+                                        ("STEPS", 0), ("GROUP", 1), ("MU", 0), ("EVAL_PROMPTS", -4),
+                                        ("PROFILE", "huge"), ("DEVICE", "tpu"), ("DTYPE", "int8"), ("SEED", -1)])
+def test_bad_notebook_parameter_is_named(name, value):
+    from gpolib.lab.parameters import ParameterError, check
+    with pytest.raises(ParameterError, match=f"notebook parameter {name}={value!r} is invalid; allowed: "):
+        check(**{name: value, "STEPS": 3} if name != "STEPS" else {name: value})
+
+
+def test_good_notebook_parameters_pass():
+    from gpolib.lab.parameters import check
+    params = dict(PROFILE="full", SEEDS=3, STEPS=100, GROUP=8, MU=4, DEVICE="cpu", DTYPE="float32", OTHER=[1])
+    assert check(**params) == params
