@@ -90,17 +90,13 @@ def input_error(err: Exception) -> int:
 def cmd_train(args) -> int:
     setup_threads(2)
     from gpolib import presets
-    from gpolib.rundir import RunMismatchError
     from gpolib.train import train
 
     try:
         cfg = presets.get(args.preset, **parse_overrides(args.set))
     except (ValueError, TypeError) as err:  # validation names the field and what is allowed
         return input_error(err)
-    try:
-        metrics = train(cfg, args.out)
-    except (RunMismatchError, FileNotFoundError) as err:  # --out holds another run; a model or task path is wrong
-        return input_error(err)
+    metrics = train(cfg, args.out)  # a locked / other / corrupt --out, bad data: `errors.boundary` in `main`
     print(jsonio.dumps({"out": args.out, "steps": len(metrics), "last": metrics[-1] if metrics else None}))
     return 0
 
@@ -147,7 +143,9 @@ def main(argv: list[str] | None = None) -> int:
 
         return bench.main(argv[1:])
     args = build_parser().parse_args(argv)
-    return COMMANDS[args.command][1](args)
+    from gpolib.errors import boundary
+
+    return boundary(COMMANDS[args.command][1], args)  # expected failures: one paragraph, exit 2
 
 
 if __name__ == "__main__":

@@ -66,6 +66,9 @@ def check_data(cfg, data: dict | None = None) -> dict:
     """The data fingerprint; raises FileNotFoundError naming the field whose local model or task path is missing."""
     data = data if data is not None else data_fingerprint(cfg)
     for field, fp in data.items():
+        if fp.startswith("missing:") and field != "model" and resolve(getattr(cfg, field)).is_dir():
+            raise FileNotFoundError(f"{field}={getattr(cfg, field)!r} is invalid: it is a directory; allowed: an "
+                                    "existing task file (JSONL)")
         if fp.startswith("missing:"):
             what = "a local model folder or a hub name" if field == "model" else "an existing task file (JSONL)"
             raise FileNotFoundError(f"{field}={getattr(cfg, field)!r} is invalid: not found from here or the "

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import os
 import warnings
+from pathlib import Path
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Qwen3Config, Qwen3MoeConfig
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
 from gpolib import moe
+from gpolib.errors import ConfigError, ModelFolderError
 from gpolib.lora import use_lean_forward
 from gpolib.paths import repo_root, resolve
 
@@ -55,13 +57,54 @@ def resolve_path(name_or_path: str) -> str:
     return str(path)
 
 
+MODEL_FOLDER_NEEDS = {"config.json": ("config.json",), "weights": ("*.safetensors", "*.bin"),
+                      "tokenizer": ("tokenizer.json", "vocab*", "*.model", "merges.txt")}
+"""what a local model folder must hold for `load_policy`: name -> any of these file patterns"""
+
+
+def check_model_folder(path: str) -> None:
+    """A local model folder holds the files the loader needs, and its safetensors headers read (else
+    `ModelFolderError` naming the folder and the missing or broken file); hub names are not checked."""
+    folder = Path(path)
+    if not folder.is_dir():
+        return
+    missing = [what for what, patterns in MODEL_FOLDER_NEEDS.items()
+               if not any(f.is_file() for pattern in patterns for f in folder.glob(pattern))]
+    if "tokenizer_config.json" not in {f.name for f in folder.iterdir()} and "tokenizer" not in missing:
+        missing.append("tokenizer_config.json")
+    if missing:
+        raise ModelFolderError(f"model folder {folder} lacks {', '.join(missing)}; a model folder holds config.json, "
+                               "the weights (*.safetensors or *.bin), tokenizer.json and tokenizer_config.json")
+    for f in sorted(folder.glob("*.safetensors")):
+        _check_safetensors(f)
+
+
+def _check_safetensors(f: Path) -> None:
+    """The header of a safetensors file parses and its tensors fit in the file (a truncated copy does not)."""
+    import json
+    import struct
+
+    size = f.stat().st_size
+    with open(f, "rb") as fh:
+        head = fh.read(8)
+        n = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
+        try:
+            header = json.loads(fh.read(n)) if 0 < n <= size - 8 else None
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            header = None
+    ends = [t["data_offsets"][1] for k, t in (header or {}).items() if k != "__metadata__"]
+    if header is None or 8 + n + max(ends, default=0) > size:
+        raise ModelFolderError(f"weights file {f} is truncated or corrupt ({size} bytes); rebuild the model "
+                               "(`make models` for the embedded ones) or copy it again")
+
+
 def _check_causal_lm(path: str):
     try:
         config = AutoConfig.from_pretrained(path)
     except (OSError, ValueError, KeyError) as err:
-        raise ValueError(f"{path} is not a loadable causal LM: {err}") from None
+        raise ModelFolderError(f"{path} is not a loadable causal LM: {err}") from None
     if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING:
-        raise ValueError(f"{path} is not a causal LM (model_type={config.model_type!r})")
+        raise ModelFolderError(f"{path} is not a causal LM (model_type={config.model_type!r})")
     return config
 
 
@@ -89,7 +132,7 @@ def lora_config(model, lora_r: int, lora_alpha: int, train_router: bool = False)
     is_moe = getattr(model.config, "num_experts", 0) > 0 and any(
         n.endswith("mlp.experts.gate_up_proj") for n, _ in model.named_parameters())
     if train_router and not moe.is_moe(model):
-        raise ValueError("train_router=True is invalid; allowed: only for a model with MoE routers (`mlp.gate`)")
+        raise ConfigError("train_router=True is invalid; allowed: only for a model with MoE routers (`mlp.gate`)")
     router = dict(modules_to_save=[ROUTER_MODULE]) if train_router else {}
     if is_moe:
         return LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=0.0, task_type="CAUSAL_LM",
@@ -112,6 +155,7 @@ def load_policy(name_or_path: str, lora_r: int = 16, lora_alpha: int = 32, devic
     """
     path = resolve_path(name_or_path)
     config = _check_causal_lm(path)
+    check_model_folder(path)
     model = AutoModelForCausalLM.from_pretrained(path, config=config, dtype=getattr(torch, dtype))
     tokenizer = _ensure_pad(AutoTokenizer.from_pretrained(path), padding_side)
     if model.config.pad_token_id is None:
@@ -125,7 +169,7 @@ def load_policy(name_or_path: str, lora_r: int = 16, lora_alpha: int = 32, devic
             model = get_peft_model(model, lora_config(model, lora_r, lora_alpha, train_router))
         use_lean_forward(model)
     elif train_router and not moe.is_moe(model):
-        raise ValueError("train_router=True is invalid; allowed: only for a model with MoE routers (`mlp.gate`)")
+        raise ConfigError("train_router=True is invalid; allowed: only for a model with MoE routers (`mlp.gate`)")
     if gradient_checkpointing:
         enable_gradient_checkpointing(model)
     return model, tokenizer

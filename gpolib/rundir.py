@@ -9,6 +9,7 @@ Layout of out_dir:
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import io
 import json
@@ -20,35 +21,45 @@ import torch
 
 from . import identity, jsonio, runlog
 from .config import TrainConfig
+from .errors import RunFolderError, UserError
 
 KEEP_CHECKPOINTS = 2
 
 
-class RunLockedError(RuntimeError):
-    pass
+class RunLockedError(UserError, RuntimeError):
+    """Another live process holds the run folder's lock."""
 
 
-class RunMismatchError(ValueError):
+class RunMismatchError(UserError, ValueError):
     """The folder holds a run of another config, or one computed on other model or task files."""
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
+    """Write via a temporary beside `path` and rename; the temporary is removed if anything fails (disk full)."""
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def _pid_alive(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        if err.filename is None:  # e.g. ENOSPC from fsync: say which file could not be written
+            raise OSError(err.errno, err.strerror, str(path)) from None
+        raise
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def read_json(path: Path) -> dict:
+    """A run folder's JSON file; one that does not parse names itself (`RunFolderError`)."""
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise RunFolderError(f"{path} is corrupt ({err}); delete the run folder {path.parent} to recompute it, "
+                             "or restore the file") from None
 
 
 class RunDir:
@@ -66,8 +77,10 @@ class RunDir:
         data = identity.check_data(self.cfg)  # a missing model or task path fails before the folder exists
         self.path.mkdir(parents=True, exist_ok=True)
         cfg_path = self.path / "config.json"
+        if cfg_path.exists() and not self.computed_anything():  # a run that failed before its first step
+            cfg_path.unlink()
         if cfg_path.exists():
-            old = json.loads(cfg_path.read_text())
+            old = read_json(cfg_path)
             diff = TrainConfig.same_run(old.get("config", {}), self.cfg)
             if diff:
                 raise RunMismatchError(f"{self.path} holds a run of a different config (fields differ: {diff}); "
@@ -85,14 +98,44 @@ class RunDir:
             blob = {"fingerprint": self.cfg.fingerprint(), "data": data, "config": self.cfg.to_dict()}
             _atomic_write(cfg_path, jsonio.dumps(blob, indent=1).encode())
 
+    def computed_anything(self) -> bool:
+        """Whether the folder holds a result of its config: a metrics row, a checkpoint or a summary."""
+        metrics = self.path / "metrics.jsonl"
+        return ((metrics.exists() and metrics.stat().st_size > 0) or bool(self.checkpoints())
+                or (self.path / "summary.json").exists() or (self.path / "adapter").exists())
+
     def finished(self) -> bool:
         s = self.path / "summary.json"
-        return s.exists() and json.loads(s.read_text()).get("finished", False)
+        return s.exists() and read_json(s).get("finished", False)
 
-    def reuse(self) -> bool:
+    def incomplete(self, results: tuple = ("metrics.jsonl",)) -> str | None:
+        """Why a finished run cannot be read back as it is (a result file missing, metrics rows != steps, a row
+        that does not parse), None when it is complete and consistent. `results`: the files the run's reader
+        needs (a train() run: its metrics; notebook 02's ratio run: its ratios.csv)."""
+        missing = [name for name in results if not (self.path / name).is_file()]
+        if missing:
+            return f"{self.path / missing[0]} is missing"
+        p = self.path / "metrics.jsonl"
+        if "metrics.jsonl" not in results:
+            return None
+        try:
+            rows = [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            return f"{p} has a row that does not parse ({err})"
+        steps = read_json(self.path / "summary.json").get("steps", self.cfg.steps)
+        if len(rows) != steps or [r.get("step") for r in rows] != list(range(steps)):
+            return f"{p} holds {len(rows)} rows for a run of {steps} steps"
+        return None
+
+    def reuse(self, results: tuple = ("metrics.jsonl",)) -> bool:
         """True for a finished run to read back (noted "reused" for the workbook runner). False for an unfinished
         one, and for a finished one the runner asked to recompute (`gpolib.runlog`): its summary, metrics and
         checkpoints are removed first, so the run starts again from step 0."""
+        broken = self.incomplete(results) if self.finished() else None
+        if broken:  # resume from the last good checkpoint (or step 0) instead of reading back lost rows
+            warnings.warn(f"{self.path} says finished but {broken}: the summary is set aside and the run resumes "
+                          "from its last good checkpoint")
+            (self.path / "summary.json").unlink()
         if self.finished() and not runlog.recompute(self.path / "summary.json"):
             runlog.note("reused", self.path)
             return True
@@ -124,28 +167,36 @@ class RunDir:
 
     # -- lock ---------------------------------------------------------------
     def acquire(self) -> None:
-        """Take the run's lock file; a live holder makes this fail at once."""
+        """Take the run's lock: an OS lock (`flock`) on .lock, held until `release` or the process ends.
+
+        Taking over a killed run's lock needs no reading of PIDs (the OS dropped its lock); a lock file replaced
+        while we waited (another process released and removed it) is detected by its inode and taken again.
+        """
         self.path.mkdir(parents=True, exist_ok=True)
-        for _ in range(2):
+        while True:
+            fd = os.open(self.lock_path, os.O_CREAT | os.O_RDWR, 0o644)
             try:
-                fd = os.open(self.lock_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-                os.write(fd, str(os.getpid()).encode())
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
                 os.close(fd)
-                self._locked = True
-                return
-            except FileExistsError:
-                try:
-                    pid = int(self.lock_path.read_text() or 0)
-                except (OSError, ValueError):
-                    pid = 0
-                if pid and pid != os.getpid() and _pid_alive(pid):
-                    raise RunLockedError(f"{self.path} is being written by process {pid} (lock {self.lock_path})")
-                self.lock_path.unlink(missing_ok=True)  # stale lock of a dead process
-        raise RunLockedError(f"could not lock {self.lock_path}")
+                raise RunLockedError(f"{self.path} is being written by process {holder} (lock {self.lock_path}); "
+                                     "wait for it to finish or stop it") from None
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.lock_path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)  # the file we locked was removed by its last holder: lock the new one
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._lock_fd, self._locked = fd, True
 
     def release(self) -> None:
         if self._locked:
-            self.lock_path.unlink(missing_ok=True)
+            self.lock_path.unlink(missing_ok=True)  # removed while still held: a waiter sees a new inode
+            os.close(self._lock_fd)
             self._locked = False
 
     # -- metrics ------------------------------------------------------------
@@ -166,7 +217,7 @@ class RunDir:
         runlog.note("computed", self.path)
 
     def read_summary(self) -> dict:
-        return json.loads((self.path / "summary.json").read_text())
+        return read_json(self.path / "summary.json")
 
     # -- checkpoints ----------------------------------------------------------
     def save_checkpoint(self, step: int, state: dict) -> Path:

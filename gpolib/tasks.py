@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .paths import repo_root, resolve
+from .taskfile import check_vocabulary, load_tasks  # noqa: F401  (the task file's reader lives beside)
 
 OPS = ("+", "-", "*")
 MIN_OPS, MAX_OPS = 2, 6
@@ -216,30 +217,6 @@ def write_splits(out_dir: str | Path = "data/tasks", seed: int = 0, sizes: dict 
         paths[name] = out / f"{name}.jsonl"
         paths[name].write_text("".join(json.dumps(r) + "\n" for r in rows))
     return paths
-
-
-def _parse_line(line: str, path: Path, lineno: int) -> dict:
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path}:{lineno}: malformed JSON ({err.msg})") from None
-    if not isinstance(row, dict) or "prompt" not in row or "answer" not in row:
-        raise ValueError(f"{path}:{lineno}: expected an object with 'prompt' and 'answer'")
-    if not isinstance(row["prompt"], str) or isinstance(row["answer"], bool) or not isinstance(row["answer"], int):
-        raise ValueError(f"{path}:{lineno}: 'prompt' must be a str and 'answer' an int")
-    return row
-
-
-def load_tasks(path: str | Path) -> list[dict]:
-    """Read a task JSONL file. Blank lines are skipped; errors name the file and line."""
-    path = resolve(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"task file not found: {path}")
-    rows = [_parse_line(line, path, i) for i, line in
-            enumerate(path.read_text(encoding="utf-8").splitlines(), start=1) if line.strip()]
-    if not rows:
-        raise ValueError(f"{path}: task file is empty")
-    return rows
 
 
 def default_task_path(split: str = "train") -> Path:

@@ -51,6 +51,7 @@ def test_stale_run_is_refused_naming_what_changed(tmp_path):
     recorded = json.loads((tmp_path / "run" / "config.json").read_text())
     assert recorded["data"] == identity.data_fingerprint(cfg)
     RunDir(tmp_path / "run", cfg).check_config()  # same config, same data: fine
+    (tmp_path / "run" / "metrics.jsonl").write_text('{"step": 0}\n')  # it computed something (else it is replaced)
     (tmp_path / "train.jsonl").write_text((tmp_path / "train.jsonl").read_text() + "\n\n")
     with pytest.raises(RunMismatchError, match=r"stale run.*task_train changed"):
         RunDir(tmp_path / "run", cfg).check_config()
@@ -60,6 +61,7 @@ def test_run_without_data_record_is_treated_as_stale(tmp_path):
     cfg = presets.get("grpo", steps=2)
     (tmp_path / "old").mkdir()
     (tmp_path / "old" / "config.json").write_text(json.dumps({"fingerprint": cfg.fingerprint(), "config": cfg.to_dict()}))
+    (tmp_path / "old" / "metrics.jsonl").write_text('{"step": 0}\n')
     with pytest.raises(RunMismatchError, match="cannot be known; it is treated as stale"):
         RunDir(tmp_path / "old", cfg).check_config()
 

@@ -165,6 +165,87 @@ BAD_CLI += [(["train", "--preset", "grpo", "--set", f"{name}={value}"], f"{name.
             for name in FLOAT_FIELDS for value in ("nan", "inf")]
 BAD_CLI += [(["train", "--preset", "grpo", "--set", "loss_eps_high=-inf"], "eps_high=-inf"),
             (["train", "--preset", "grpo", "--set", "lr=1e999"], "lr=inf")]
+MORE_BAD_VALUES = [
+    "prompts_per_step=0",
+    "prompts_per_step=-3",
+    "steps=0",
+    "steps=-1",
+    "mu=-2",
+    "mu=2.5",
+    "group_size=0",
+    "group_size=2.5",
+    "lr=0",
+    "weight_decay=-1",
+    "max_grad_norm=0",
+    "max_grad_norm=-1",
+    "lora_r=-1",
+    "rollout_threads=-1",
+    "top_p=0",
+    "top_p=-0.5",
+    "temperature=-1",
+    "max_gen_batches=0",
+    "gfpo_k=0",
+    "gfpo_k=-1",
+    "value_lr_scale=0",
+    "value_lr_scale=-1",
+    "positive_lm_weight=-0.1",
+    "lambda_policy=1.5",
+    "lambda_policy=-0.1",
+    "eval_every=-1",
+    "eval_prompts=0",
+    "eval_samples=0",
+    "checkpoint_every=0",
+    "report_to=wandb",
+    "prompt_style=poem",
+    "adv_scale=median",
+    "rollout_autocast=int4",
+    "vllm_gpu_memory_utilization=0",
+    "vllm_gpu_memory_utilization=1.5",
+    "loss_beta=nan",
+    "loss_ratio_level=",
+    "loss_aggregation=None",
+    "loss_max_len=-3",
+    "loss_max_len=2.5",
+    "steps=True",
+    "lr=True",
+    "group_size=True",
+    "seed=1.5",
+    "task_eval=data/tasks/none.jsonl",
+    "task_train=data",
+    "overlong_cache=-1",
+    "warmup_steps=1.5",
+    "micro_batch_rows=-4",
+    "lora_r=2.5",
+    "max_new_tokens=0",
+    "max_new_tokens=1e9",
+    "routing_replay=yes",
+    "gfpo_adaptive=2",
+    "value_pretrain_steps=-1",
+    "value_clip=-0.5",
+    "gamma=1.5",
+    "lambda_critic=2",
+    "lambda_alpha=-1",
+    "dtype=float8",
+    "device=cuda:x",
+    "backend=",
+    "old_logps=",
+    "gfpo_metric=",
+    "name=",
+    "seed=None",
+    "vllm_sleep=maybe",
+    "eval_every=1.5",
+    "eval_samples=-1",
+]
+"""one more bad value per field and rule (range, type, choice, path); each message names FIELD=VALUE"""
+
+
+def _named(item: str) -> str:
+    key, _, raw = item.partition("=")
+    key = key.removeprefix("loss_")
+    return f"{key}=" if raw in ("", "None", "True") or not raw.lstrip("-").replace(".", "").isdigit() else f"{key}={raw}"
+
+
+BAD_CLI += [(["train", "--preset", "grpo", "--set", item], _named(item)) for item in MORE_BAD_VALUES]
 
 
 @pytest.mark.parametrize("argv,needle", BAD_CLI, ids=[" ".join(a[1:]) or a[0] for a, _ in BAD_CLI])

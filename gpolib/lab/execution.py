@@ -30,7 +30,8 @@ def _failure(job, err: Exception, executed: Path) -> NotebookFailed:
     first = (getattr(err, "source", "") or "").strip().splitlines()[:1]
     where = f"cell {cell}" + (f" `{first[0][:60]}`" if first else "")
     msg = f"notebook {job.source.name} failed at {where} ({what}); executed copy: {paths.relative(executed)}"
-    rejected = getattr(err, "ename", "") == "ValueError" and "is invalid; allowed" in str(getattr(err, "evalue", ""))
+    # a check refused a value the user gave (config, notebook parameter, task data): the user's input, exit 2
+    rejected = getattr(err, "ename", "").endswith("Error") and "is invalid; allowed" in str(getattr(err, "evalue", ""))
     return NotebookFailed(job.source.name, cell, msg, rejected_input=rejected)
 
 

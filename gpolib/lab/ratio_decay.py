@@ -63,7 +63,7 @@ def cached_records(cfg, run_dir) -> pd.DataFrame:
     run = RunDir(run_dir, cfg)
     run.check_config()
     csv = run.path / "ratios.csv"
-    if run.reuse() and csv.exists():
+    if run.reuse(results=("ratios.csv",)):
         return pd.read_csv(csv)
     df = ratio_records(Trainer(cfg), cfg.steps)
     df.to_csv(csv, index=False)

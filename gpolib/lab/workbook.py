@@ -263,18 +263,30 @@ def reproduce(profile: str = "full", only: list[str] | None = None, recompute: b
 # ---------------------------------------------------------------- command line
 
 def _split_only(text: str | None) -> list[str] | None:
-    return [s.strip() for s in text.split(",") if s.strip()] if text else None
+    """`--only 00,01` -> ["00", "01"]; None (no --only) -> None; a --only naming nothing is refused."""
+    if text is None:
+        return None
+    only = [s.strip() for s in text.split(",") if s.strip()]
+    if not only:
+        raise WorkbookError(f"--only {text!r} names no notebook; give prefixes like 00,01 or leave --only out")
+    return only
 
 
 def _run_cli(args: argparse.Namespace) -> int:
+    from ..errors import boundary
+
     try:
-        reproduce(args.profile, _split_only(args.only), recompute=args.recompute, skip_current=args.skip_current)
+        return boundary(_reproduce_cli, args)  # bad data, locked or corrupt run folders, filesystem: exit 2
     except WorkbookError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except NotebookFailed as e:
         print(f"error: {e}", file=sys.stderr)
         return 2 if e.rejected_input else 1
+
+
+def _reproduce_cli(args: argparse.Namespace) -> int:
+    reproduce(args.profile, _split_only(args.only), recompute=args.recompute, skip_current=args.skip_current)
     return 0
 
 
