@@ -30,6 +30,14 @@ class ModelFolderError(UserError, ValueError):
     """A local model folder without a file the loader needs, with a file it cannot read, or not a causal LM."""
 
 
+class RunLockedError(UserError, RuntimeError):
+    """Another live process holds the run folder's lock."""
+
+
+class RunMismatchError(UserError, ValueError):
+    """The folder holds a run of another config, or one computed on other model or task files."""
+
+
 class ConfigError(UserError, ValueError):
     """A configuration that is valid on its own but not for its model or data (e.g. more prompts than the file has)."""
 
@@ -42,15 +50,9 @@ _FS_REASONS = {errno.EEXIST: "it already exists (a file where a folder is needed
 """errno -> the reason said to the user; other OSErrors are unexpected and keep their traceback"""
 
 
-def _expected_classes() -> tuple:
-    from .rundir import RunLockedError, RunMismatchError
-
-    return UserError, RunLockedError, RunMismatchError
-
-
 def message(err: BaseException) -> str | None:
     """The one-paragraph message of an expected failure, None for an unexpected one."""
-    if isinstance(err, _expected_classes()):
+    if isinstance(err, UserError):
         return " ".join(str(err).split())
     if isinstance(err, OSError) and err.errno in _FS_REASONS:
         where = err.filename if err.filename is not None else "(no path given)"

@@ -21,17 +21,9 @@ import torch
 
 from . import identity, jsonio, runlog
 from .config import TrainConfig
-from .errors import RunFolderError, UserError
+from .errors import RunFolderError, RunLockedError, RunMismatchError  # noqa: F401  (raised here)
 
 KEEP_CHECKPOINTS = 2
-
-
-class RunLockedError(UserError, RuntimeError):
-    """Another live process holds the run folder's lock."""
-
-
-class RunMismatchError(UserError, ValueError):
-    """The folder holds a run of another config, or one computed on other model or task files."""
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
