@@ -25,6 +25,7 @@ from ..objectives import group_advantages
 from ..rewards import soft_overlong_penalty
 from . import stats
 from .dr_grpo import token_weights
+from .prose import say
 from .runs import arm_of, by_arm, mean_over, run_key, window
 from .verdicts import EXACT_TOL, NOT, REPRODUCED
 
@@ -348,63 +349,50 @@ class _Runs:
 
 
 def _words_d1(e: dict, r: _Runs, word: str) -> list:
-    clip_hi, clip_lo, up = r.mean("grpo", "clip/high"), r.mean("grpo", "clip/low"), _mean(e["pi_old_upclipped"])
-    lines = [f"D1 ({word}): entropy over the last 25% of steps {_mean(e['entropy_base']):.4f} (GRPO) vs "
-             f"{_mean(e['entropy_high']):.4f} (Clip-Higher) nats/token; held-out accuracy {_mean(e['acc_base']):.3f} "
-             f"vs {_mean(e['acc_high']):.3f}. Under GRPO's clip [0.8, 1.2] {clip_hi:.3%} of tokens were clipped above "
-             f"and {clip_lo:.3%} below (mean over steps, mu = {MU})."]
+    clip_hi, up = r.mean("grpo", "clip/high"), _mean(e["pi_old_upclipped"])
+    lines = [say("D1.main", word=word, entropy_base=_mean(e["entropy_base"]), entropy_high=_mean(e["entropy_high"]),
+                 acc_base=_mean(e["acc_base"]), acc_high=_mean(e["acc_high"]), clip_hi=clip_hi,
+                 clip_lo=r.mean("grpo", "clip/low"), mu=MU)]
     if clip_hi < 0.01:
-        lines.append("    The token ratios rarely reach the clip bounds in our runs, so widening the upper bound has little "
-                     "to act on at this scale: the two arms differ only on that small share of tokens.")
-    lines.append("    " + ("No token was clipped above." if not math.isfinite(up) else
-                           f"Mean pi_old of the up-clipped tokens {up:.3f}: the paper's 'below 0.2' "
-                           f"{'holds' if up < 0.2 else 'does not hold'} here."))
+        lines.append(say("D1.rarely_clipped", indent=True))
+    lines.append(say("D1.none_upclipped", indent=True) if not math.isfinite(up) else
+                 say("D1.upclipped", indent=True, pi_old_up=up, holds="holds" if up < 0.2 else "does not hold"))
     return lines
 
 
 def _words_d2(e: dict, r: _Runs, word: str, max_gen: int) -> list:
     first, last, W = _mean(e["all_correct_first"]), _mean(e["all_correct_last"]), WINDOW_FRAC
-    lines = [f"D2 ({word}): GRPO's all-correct share {first:.2f} (first 20% of steps) -> {last:.2f} (last 20%), "
-             f"a change of {last - first:+.2f}; its training accuracy {r.mean('grpo', 'acc/mean', W, 'first'):.3f} -> "
-             f"{r.mean('grpo', 'acc/mean', W):.3f} and held-out accuracy {r.held('grpo', 'start'):.3f} -> "
-             f"{r.held('grpo', 'end'):.3f}."]
-    lines.append("    Training batches draw different prompts every step, so their all-correct share is noisy and follows "
-                 "which prompts were drawn; D2's criterion reads it on a fixed panel of prompts instead (the paper's "
-                 f"Fig. 3b spans thousands of steps, ours {r.steps}).")
     at_cap = sampling_table(by_arm(r.metrics, "dapo"), max_gen)["steps at max_gen_batches"].mean()
-    lines.append(f"    Dynamic sampling needed {_mean(e['gen_batches_per_step']):.2f} generation batches per step, hit "
-                 f"max_gen_batches = {max_gen} in {at_cap:.0%} of steps, and trained a zero-variance group in "
-                 f"{1 - _mean(e['ds_clean_steps']):.0%} of steps.")
-    return lines
+    return [say("D2.main", word=word, first=first, last=last, change=last - first,
+                acc_first=r.mean("grpo", "acc/mean", W, "first"), acc_last=r.mean("grpo", "acc/mean", W),
+                held_start=r.held("grpo", "start"), held_end=r.held("grpo", "end")),
+            say("D2.noisy_batches", indent=True, steps=r.steps),
+            say("D2.dynamic_sampling", indent=True, gen_batches=_mean(e["gen_batches_per_step"]), max_gen=max_gen,
+                at_cap=at_cap, dirty=1 - _mean(e["ds_clean_steps"]))]
 
 
 def _words_d4(e: dict, r: _Runs, word: str, l_max: int) -> list:
     W = WINDOW_FRAC
-    return [f"D4 ({word}): the base truncates {_mean(e['trunc_base']):.1%} of held-out responses at L_max = {l_max}; "
-            f"over the last 20% of steps {_mean(e['trunc_without_shaping']):.1%} of responses were truncated without and "
-            f"{_mean(e['trunc_with_shaping']):.1%} with shaping; mean length {r.mean('clip_higher', 'len/mean', W):.0f} "
-            f"vs {r.mean('overlong', 'len/mean', W):.0f} tokens; held-out accuracy {r.held('clip_higher', 'end'):.3f} vs "
-            f"{r.held('overlong', 'end'):.3f}.",
-            f"    Overlong filtering (on naive GRPO): truncated share {_mean(e['trunc_with_filter']):.1%} vs "
-            f"{_mean(e['trunc_naive']):.1%} without it, mean length {r.mean('overlong_filter', 'len/mean', W):.0f} vs "
-            f"{r.mean('grpo', 'len/mean', W):.0f} tokens, held-out accuracy {r.held('overlong_filter', 'end'):.3f} vs "
-            f"{r.held('grpo', 'end'):.3f}. A truncated response has no answer line and scores 0: without the filter "
-            f"it is trained as a wrong answer, with it it is not trained at all."]
+    return [say("D4.shaping", word=word, trunc_base=_mean(e["trunc_base"]), l_max=l_max,
+                trunc_without=_mean(e["trunc_without_shaping"]), trunc_with=_mean(e["trunc_with_shaping"]),
+                len_without=r.mean("clip_higher", "len/mean", W), len_with=r.mean("overlong", "len/mean", W),
+                acc_without=r.held("clip_higher", "end"), acc_with=r.held("overlong", "end")),
+            say("D4.filter", indent=True, trunc_filter=_mean(e["trunc_with_filter"]), trunc_naive=_mean(e["trunc_naive"]),
+                len_filter=r.mean("overlong_filter", "len/mean", W), len_naive=r.mean("grpo", "len/mean", W),
+                acc_filter=r.held("overlong_filter", "end"), acc_naive=r.held("grpo", "end"))]
 
 
 def _words_d5(e: dict, r: _Runs, word: str, l_max: int) -> list:
     W = WINDOW_FRAC
-    lines = [f"D5 ({word}): held-out accuracy " + " -> ".join(f"{100 * _mean(v):.1f}" for v in e["ladder"].values())
-             + f" (DAPO read at step(s) {e['ds_eval_step']}; at the end of its run, with more samples: "
-             f"{100 * _mean(e['ladder_steps']['dapo']):.1f}); the base: {100 * r.held('grpo', 'start'):.1f}."]
+    lines = [say("D5.ladder", word=word, ladder=" -> ".join(f"{100 * _mean(v):.1f}" for v in e["ladder"].values()),
+                 ds_eval_step=e["ds_eval_step"], dapo_end=100 * _mean(e["ladder_steps"]["dapo"]),
+                 base=100 * r.held("grpo", "start"))]
     gain = r.held("grpo", "end") - r.held("grpo", "start")
     if gain < 0.02:
-        lines.append(f"    Naive GRPO itself gained {100 * gain:+.1f} points over the base in {r.steps} steps, so the rungs "
-                     f"are compared close to the base policy, where the components have had little training to change.")
-    lines.append(f"    Under naive GRPO the mean training length went {r.mean('grpo', 'len/mean', W, 'first'):.0f} -> "
-                 f"{r.mean('grpo', 'len/mean', W):.0f} tokens and the truncated share "
-                 f"{r.mean('grpo', 'trunc/frac', W, 'first'):.1%} -> {r.mean('grpo', 'trunc/frac', W):.1%} "
-                 f"(first -> last 20% of steps) at L_max = {l_max}.")
+        lines.append(say("D5.little_gain", indent=True, gain=100 * gain, steps=r.steps))
+    lines.append(say("D5.length", indent=True, len_first=r.mean("grpo", "len/mean", W, "first"),
+                     len_last=r.mean("grpo", "len/mean", W), trunc_first=r.mean("grpo", "trunc/frac", W, "first"),
+                     trunc_last=r.mean("grpo", "trunc/frac", W), l_max=l_max))
     return lines
 
 
@@ -415,5 +403,4 @@ def what_we_saw(e: dict, metrics: dict, summaries: dict, words: dict, *, max_gen
     wall = pd.Series({n: s["wall_s"] for n, s in summaries.items()}).groupby(arm_of).sum() / 60
     return (_words_d1(e, r, words["D1"]) + _words_d2(e, r, words["D2"], max_gen) + _words_d4(e, r, words["D4"], l_max)
             + _words_d5(e, r, words["D5"], l_max)
-            + ["Training time per arm, all seeds (min): " + ", ".join(f"{a} {wall[a]:.1f}" for a in ARMS if a in wall)
-               + f"; total {wall.sum():.1f}."])
+            + [say("DAPO.time", per_arm=", ".join(f"{a} {wall[a]:.1f}" for a in ARMS if a in wall), total=wall.sum())])

@@ -22,6 +22,7 @@ import torch
 
 from ..objectives import decoupled_gae, gae, group_advantages, length_adaptive_lambda, terminal_rewards
 from . import stats
+from .prose import say
 from .runs import run_key
 
 ARMS = {
@@ -330,16 +331,11 @@ def what_we_saw(v1: dict | None, e: dict, words: dict) -> list:
     m = lambda key, fmt=".3f": stats.seed_mean(e[key], fmt)  # noqa: E731
     lines = []
     if v1:
-        lines.append(f"V1 ({words['V1']}): at equal samples a PPO step costs {v1['time_ppo'] / v1['time_grpo']:.2f}x "
-                     f"GRPO's CPU time and {v1['mem_ppo'] / v1['mem_grpo']:.2f}x its peak memory here; at 0.5B the "
-                     f"arithmetic gives x{v1['ratio_05b_shared']:.2f} (value adapter on the shared base) to "
-                     f"x{v1['ratio_05b_copy']:.2f} (a separate value model) in memory.")
-    ent = {arm: m(f"entropy_{arm}", ".4f") for arm in ARMS}
-    lines.append(f"V2 ({words['V2']}): held-out accuracy VAPO {m('acc_vapo')}, DAPO {m('acc_dapo')}, GRPO {m('acc_grpo')} "
-                 f"(base {m('acc_base')}); held-out length {m('len_vapo', '.1f')} / {m('len_dapo', '.1f')} / "
-                 f"{m('len_grpo', '.1f')} tokens.")
-    lines.append(f"    Policy entropy over the last 25% of steps (nats/token): VAPO {ent['vapo']}, DAPO {ent['dapo']}, "
-                 f"GRPO {ent['grpo']}.")
-    lines.append(f"    The value model explains {m('ev_vapo', '.2f')} of the variance of its targets over the last 25% of "
-                 f"steps (1 = perfect, 0 = no better than a constant).")
+        lines.append(say("V1.cost", word=words["V1"], time_ratio=v1["time_ppo"] / v1["time_grpo"],
+                         mem_ratio=v1["mem_ppo"] / v1["mem_grpo"], shared=v1["ratio_05b_shared"],
+                         copy=v1["ratio_05b_copy"]))
+    lines.append(say("V2.accuracy", word=words["V2"], **{f"acc_{a}": m(f"acc_{a}") for a in ("vapo", "dapo", "grpo", "base")},
+                     **{f"len_{a}": m(f"len_{a}", ".1f") for a in ("vapo", "dapo", "grpo")}))
+    lines.append(say("V2.entropy", indent=True, **{arm: m(f"entropy_{arm}", ".4f") for arm in ARMS}))
+    lines.append(say("V2.value_fit", indent=True, ev_vapo=m("ev_vapo", ".2f")))
     return lines
