@@ -292,6 +292,8 @@ def verdict_p4(e: dict) -> stats.Verdict:
         v = stats.AllOf(parts=P4_RULE.parts).judge(parts).with_note("P4's condition (P3's measure) not measured")
     else:
         v = stats.criterion_changed(P4_RULE.judge(parts, conditions=[P4_ROUTING.judge(e["expert_change"])]), FINE_MOE)
+        v = v.with_note("the condition is read from P3's probe (one update from the base, router trainable), "
+                        "not logged inside the P4 runs")
     collapses = {k: sum(bool(x) for x in e[f"collapsed_{k}"]) for k in ("grpo", "grpo_replay", "gspo")}
     return v.with_note("final training reward GRPO {}, GRPO + replay {}, GSPO {} (seed means); collapsed runs {}"
                        .format(*(stats.seed_mean(e[f"reward_{k}"]) for k in ("grpo", "grpo_replay", "gspo")),
