@@ -58,7 +58,7 @@ class TrainConfig:
     loss: LossConfig = field(default_factory=LossConfig)
     """the policy objective, see LossConfig."""
     adv_scale: str = "group"
-    """advantage normalisation: 'group' (GRPO: (r - mean_g) / (std_g + 1e-4)), 'batch', 'none' (Dr. GRPO)."""
+    """advantage normalisation: 'group' (GRPO: (r - mean_g) / (std_g + 1e-4)), 'batch', 'none' (Dr. GRPO), 'rloo'."""
     advantage_estimator: str = "group"
     """'group': one advantage per response from its group's rewards (GRPO family, see adv_scale); 'gae':
     one per token from a value model (GAE, Schulman et al. 2016 Eq. 16; PPO and VAPO, gpolib.value)."""

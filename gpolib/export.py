@@ -17,7 +17,8 @@ Mapping (ours -> TRL | verl):
   aggregation   seq_mean_token_mean -> loss_type="grpo" | loss_agg_mode="seq-mean-token-mean"
                 token_mean -> "dapo" ("bnpo" when mu > 1 on one process, see below) | "token-mean"
                 seq_mean_token_sum_norm -> "dr_grpo" | "seq-mean-token-sum-norm", loss_scale_factor=max_len
-  adv_scale     scale_rewards="group"|"batch"|"none" | norm_adv_by_std_in_grpo=True|False
+  adv_scale     scale_rewards="group"|"batch"|"none" | norm_adv_by_std_in_grpo=True|False;
+                "rloo" -> (TRL: not available) | adv_estimator="rloo"
   beta          beta | actor.use_kl_loss, kl_loss_coef, kl_loss_type="low_var_kl" (k3)
   mu            steps_per_generation=mu, num_iterations=1 | ppo_mini_batch_size=prompts_per_step/mu
   overlong      "shaping" -> a TRL reward function (`trl_reward_funcs`) | verl's "dapo" reward manager
@@ -97,6 +98,8 @@ def trl_missing(preset_or_cfg) -> list:
     out = []
     if cfg.dynamic_sampling:
         out.append("dynamic_sampling=True (DAPO Sec. 3.2: drop zero-variance groups and re-sample)")
+    if cfg.adv_scale == "rloo":
+        out.append("adv_scale='rloo' (TRL's GRPOTrainer has no leave-one-out baseline)")
     out += _common_missing(cfg)
     if cfg.routing_replay:
         out.append("routing_replay=True (GSPO Sec. 5.3 Routing Replay)")
@@ -200,7 +203,7 @@ def to_verl(preset_or_cfg, strict: bool = True, megatron: bool = False, n_gpus: 
     mini = _split(cfg.prompts_per_step, cfg.mu, "prompts_per_step / mu")
     per_gpu = _split(mini * cfg.group_size, n_gpus, "minibatch responses / n_gpus")
     keys = {
-        "algorithm.adv_estimator": "grpo",
+        "algorithm.adv_estimator": "rloo" if cfg.adv_scale == "rloo" else "grpo",
         "algorithm.norm_adv_by_std_in_grpo": cfg.adv_scale == "group",
         "algorithm.use_kl_in_reward": False,
         "data.train_batch_size": cfg.prompts_per_step,

@@ -30,7 +30,8 @@ def group_advantages(rewards: torch.Tensor, group_size: int, scale: str = "group
     """Group-relative advantages, DeepSeekMath Eq. 3 (outcome supervision) / Dr. GRPO Sec. 3.2.
 
     scale='group' divides by the group's std (unbiased), 'batch' by the whole batch's, 'none' keeps
-    r_i - mean (Dr. GRPO). rewards: (N,), consecutive blocks of `group_size` form one group. Returns (N,).
+    r_i - mean (Dr. GRPO), 'rloo' subtracts the mean of the other G-1 rewards (= 'none' x G/(G-1)).
+    rewards: (N,), consecutive blocks of `group_size` form one group. Returns (N,).
     """
     if rewards.dim() != 1 or rewards.numel() % group_size != 0:
         raise ValueError(f"rewards must be 1-D with a multiple of group_size={group_size} entries, "
@@ -45,6 +46,9 @@ def group_advantages(rewards: torch.Tensor, group_size: int, scale: str = "group
     elif scale == "batch":
         # A_i = (r_i - mean(r_group)) / (std(r_batch) + eps)
         centred = centred / (r.std() + ADV_EPS)
+    elif scale == "rloo":
+        # A_i = r_i - (1 / (G-1)) sum_{j != i} r_j, the leave-one-out baseline (Ahmadian et al. 2024, RLOO)
+        centred = r - (r.sum(dim=1, keepdim=True) - r) / (group_size - 1)
     return centred.reshape(-1)  # (N,)
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 RATIO_LEVELS = ("token", "sequence", "sequence_token")
 AGGREGATIONS = ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm")
-ADV_SCALES = ("group", "batch", "none")
+ADV_SCALES = ("group", "batch", "none", "rloo")
 ADVANTAGE_ESTIMATORS = ("group", "gae")
 OVERLONG_MODES = ("none", "shaping", "filter")
 GFPO_METRICS = ("length", "efficiency")

@@ -68,6 +68,9 @@ def test_strict_raises_naming_what_trl_and_verl_lack():
         to_verl("gfpo")
     with pytest.raises(UnsupportedFeature, match="routing_replay"):
         to_trl(presets.get("gspo", routing_replay=True))
+    with pytest.raises(UnsupportedFeature, match="adv_scale='rloo'"):
+        to_trl(presets.get("dr_grpo", adv_scale="rloo"))
+    assert to_verl(presets.get("dr_grpo", adv_scale="rloo"))["algorithm.adv_estimator"] == "rloo"
     with pytest.raises(UnsupportedFeature, match="adv_scale='batch'"):
         to_verl(presets.get("grpo", adv_scale="batch"))
     with pytest.raises(UnsupportedFeature, match="overlong='filter'"):

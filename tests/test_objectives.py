@@ -297,3 +297,13 @@ def test_zero_advantage_rows_can_be_skipped(cfg):
     assert (loss_sub * scale).item() == pytest.approx(loss_full.item(), abs=1e-12)
     assert torch.allclose(sub.grad, full.grad[keep], atol=1e-12)
     assert torch.all(full.grad[~keep] == 0)
+
+
+def test_rloo_is_dr_grpo_centred_reward_times_g_over_g_minus_1():
+    """C4: r_i - mean_{j != i} r_j = (r_i - mean_g) * G / (G - 1), exactly (Ahmadian et al. 2024)."""
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.3, 0.9, 0.1, 0.7])
+    G = 4
+    rloo = group_advantages(rewards, G, "rloo")
+    assert torch.allclose(rloo, group_advantages(rewards, G, "none") * G / (G - 1), atol=1e-6, rtol=0)
+    # by hand, first group [1, 0, 0, 1]: 1 - (0 + 0 + 1) / 3 = 2/3, 0 - 2/3 = -2/3
+    assert torch.allclose(rloo[:4], torch.tensor([2 / 3, -2 / 3, -2 / 3, 2 / 3]), atol=1e-6, rtol=0)

@@ -29,6 +29,7 @@ VARIANTS = {  # every preset whose features verl has, plus the exported variants
     "gspo_token": dict(preset="gspo", loss_ratio_level="sequence_token"),
     "grpo_kl": dict(preset="grpo", loss_beta=0.04),
     "dapo_seq_mean": dict(preset="dapo", loss_aggregation="seq_mean_token_mean"),
+    "dr_grpo_rloo": dict(preset="dr_grpo", adv_scale="rloo"),  # verl's RLOO estimator, no epsilon
 }
 
 
