@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 
 from .collect import Batch, collect, length_stats
 from .config import TrainConfig
+from .errors import ConfigError
 from .logprobs import completion_logps
 from .memory import check_fits
 from .reporting import reporter
@@ -40,7 +41,7 @@ class Trainer:
 
     def __init__(self, cfg: TrainConfig):
         from .models import load_policy
-        from .tasks import load_tasks
+        from .tasks import check_vocabulary, load_tasks
 
         self.cfg = cfg
         torch.manual_seed(cfg.seed)
@@ -49,12 +50,14 @@ class Trainer:
         self.train_tasks = load_tasks(cfg.task_train)
         self.eval_tasks = load_tasks(cfg.task_eval)[: cfg.eval_prompts]
         if len(self.train_tasks) < cfg.prompts_per_step:
-            raise ValueError(f"prompts_per_step={cfg.prompts_per_step} is invalid; allowed: <= the "
-                             f"{len(self.train_tasks)} prompts of {cfg.task_train}")
+            raise ConfigError(f"prompts_per_step={cfg.prompts_per_step} is invalid; allowed: <= the "
+                              f"{len(self.train_tasks)} prompts of {cfg.task_train}")
         checkpointing = self.device.startswith("cuda") if cfg.gradient_checkpointing is None else cfg.gradient_checkpointing
         self.model, self.tok = load_policy(cfg.model, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha, device=self.device,
                                            dtype=cfg.dtype, gradient_checkpointing=checkpointing,
                                            train_router=cfg.train_router)
+        for path in (cfg.task_train, cfg.task_eval):  # a character the tokenizer lacks would train on <unk>
+            check_vocabulary(path, self.tok)
         check_fits(cfg, self.model)
         self.engine = _vllm_engine(cfg) if cfg.backend == "vllm" else None
         self.params = [p for p in self.model.parameters() if p.requires_grad]

@@ -344,3 +344,24 @@ def test_good_notebook_parameters_pass():
     from gpolib.lab.parameters import check
     params = dict(PROFILE="full", SEEDS=3, STEPS=100, GROUP=8, MU=4, DEVICE="cpu", DTYPE="float32", OTHER=[1])
     assert check(**params) == params
+
+
+def test_trainer_refuses_a_prompt_the_tokenizer_cannot_read(tmp_path, capsys):
+    """Arabic-Indic digits became <unk> and the run finished with accuracy 0.0, cached as valid."""
+    rows = (ROOT / "data" / "tasks" / "train.jsonl").read_text().splitlines()[:8]
+    bad = tmp_path / "arabic.jsonl"
+    bad.write_text("\n".join(rows + ['{"prompt": "\u0663+\u0664=?\\n", "answer": 7}']) + "\n")
+    code, err = _cli(["train", "--preset", "grpo", "--out", str(tmp_path / "r"), "--set", f"task_train={bad}"]
+                     + _sets(TINY), capsys)
+    assert code == EXIT_USER and _one_paragraph(err) and "arabic.jsonl:9: the prompt has characters" in err
+    assert not (tmp_path / "r" / "metrics.jsonl").exists()
+
+
+def test_more_prompts_per_step_than_the_file_has(tmp_path, capsys):
+    rows = (ROOT / "data" / "tasks" / "train.jsonl").read_text().splitlines()[:3]
+    few = tmp_path / "few.jsonl"
+    few.write_text("\n".join(rows) + "\n")
+    code, err = _cli(["train", "--preset", "grpo", "--out", str(tmp_path / "r"), "--set", f"task_train={few}",
+                      "--set", "prompts_per_step=4"] + _sets({k: v for k, v in TINY.items() if k != "prompts_per_step"}),
+                     capsys)
+    assert code == EXIT_USER and _one_paragraph(err) and "prompts_per_step=4 is invalid" in err
