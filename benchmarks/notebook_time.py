@@ -1,7 +1,7 @@
 """Wall time of one notebook of the full profile recomputed from nothing, without touching this checkout's runs.
 
 What `make reproduce JOBS=2 RECOMPUTE=...` would spend on one notebook: a temporary git worktree of HEAD, the
-notebook's committed runs removed there, `python -m gpolib.lab.prefetch --profile full --only NN --jobs J` (its
+notebook's committed runs removed there, `python -m gpolib.workbook.prefetch --profile full --only NN --jobs J` (its
 runs in J one-thread processes), then `python -m gpolib reproduce --profile full --only NN` (the notebook executed on
 them). Runs another notebook owns (a `HOME` baseline, e.g. 07's GRPO arm in 01) are reused, as in the workbook,
 where that notebook computes them. Step-0 evaluations go to an empty cache (`gpolib.eval_cache`), so the first run computes its own, as on a
@@ -53,7 +53,7 @@ def main(argv=None) -> int:
         env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "PYTHONPATH": str(where),
                "GPOLIB_CACHE_DIR": str(where.parent / "cache")}
         py = sys.executable
-        train = timed([py, "-m", "gpolib.lab.prefetch", "--profile", "full", "--only", args.notebook, "--jobs",
+        train = timed([py, "-m", "gpolib.workbook.prefetch", "--profile", "full", "--only", args.notebook, "--jobs",
                        str(args.jobs)], where, env, where.parent / "prefetch.log")
         execute = timed([py, "-m", "gpolib", "reproduce", "--profile", "full", "--only", args.notebook], where, env,
                         where.parent / "notebook.log")

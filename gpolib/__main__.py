@@ -106,7 +106,7 @@ def cmd_train(args) -> int:
 
 
 def add_reproduce(sub) -> None:
-    from gpolib.lab import workbook
+    from gpolib.workbook import workbook
 
     workbook.add_cli(sub)
 
