@@ -14,6 +14,7 @@ import argparse
 import sys
 
 from gpolib import jsonio
+from gpolib.overrides import parse_overrides
 from gpolib.runtime import setup_threads
 
 
@@ -60,25 +61,6 @@ def add_train(sub) -> None:
     p.add_argument("--out", required=True, help="run directory (resumes / reuses a run of the same config)")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="override a TrainConfig field (loss_<field> for LossConfig); repeatable")
-
-
-def parse_overrides(items: list) -> dict:
-    """FIELD=VALUE strings -> dict; VALUE is a Python literal (number, bool, None, quoted string) or a bare string."""
-    import ast
-
-    out = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--set {item!r} is invalid; expected FIELD=VALUE")
-        if raw.strip().lower().lstrip("+-") in ("nan", "inf", "infinity"):
-            out[key] = float(raw)  # so that the field's check can say "a finite number"
-            continue
-        try:
-            out[key] = ast.literal_eval(raw)  # literals only: never executes code
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            out[key] = raw
-    return out
 
 
 def input_error(err: Exception) -> int:
