@@ -5,7 +5,7 @@ PROFILE ?= full
 STAMP := $(VENV)/.installed-stamp
 TEST_STAMP := $(VENV)/.test-deps-stamp
 
-.PHONY: install reproduce smoke test bench models clean-runs browser lab
+.PHONY: install reproduce smoke test bench models clean-runs browser lab readme
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -54,6 +54,10 @@ test: $(TEST_STAMP) browser
 bench: $(STAMP)
 	$(PY) -m pip install -q -e ".[bench]"
 	$(PY) -m gpolib bench
+
+# README's generated blocks (module layout, notebook times) rebuilt from the tree
+readme: $(STAMP)
+	$(PY) -m gpolib.workbook.readme --write
 
 models: $(STAMP)
 	$(PY) -m gpolib pretrain --arch dense
