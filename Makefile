@@ -5,7 +5,7 @@ PROFILE ?= full
 STAMP := $(VENV)/.installed-stamp
 TEST_STAMP := $(VENV)/.test-deps-stamp
 
-.PHONY: install reproduce smoke test bench models clean-runs browser lab
+.PHONY: install reproduce smoke test bench models clean-runs browser lab readme
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -38,11 +38,11 @@ lab: $(STAMP)
 
 # RECOMPUTE=1: recompute the training runs too (default: reuse finished runs of the same configuration and data)
 RECOMPUTE ?=
-# JOBS=n: first train every unfinished run in n one-thread processes (gpolib.lab.prefetch; n about the core count),
+# JOBS=n: first train every unfinished run in n one-thread processes (gpolib.workbook.prefetch; n about the core count),
 # then execute the notebooks, which reuse them (a notebook alone trains its runs one after another)
 JOBS ?=
 reproduce: $(STAMP)
-	$(if $(JOBS),$(if $(RECOMPUTE),,OMP_WAIT_POLICY=PASSIVE $(PY) -m gpolib.lab.prefetch --profile $(PROFILE) --jobs $(JOBS)))
+	$(if $(JOBS),$(if $(RECOMPUTE),,OMP_WAIT_POLICY=PASSIVE $(PY) -m gpolib.workbook.prefetch --profile $(PROFILE) --jobs $(JOBS)))
 	$(PY) -m gpolib reproduce --profile $(PROFILE) $(if $(RECOMPUTE),--recompute)
 
 smoke: $(STAMP)
@@ -54,6 +54,10 @@ test: $(TEST_STAMP) browser
 bench: $(STAMP)
 	$(PY) -m pip install -q -e ".[bench]"
 	$(PY) -m gpolib bench
+
+# README's generated blocks (module layout, notebook times) rebuilt from the tree
+readme: $(STAMP)
+	$(PY) -m gpolib.workbook.readme --write
 
 models: $(STAMP)
 	$(PY) -m gpolib pretrain --arch dense

@@ -1,11 +1,13 @@
 """Wall time of one notebook of the full profile recomputed from nothing, without touching this checkout's runs.
 
 What `make reproduce JOBS=2 RECOMPUTE=...` would spend on one notebook: a temporary git worktree of HEAD, the
-notebook's committed runs removed there, `python -m gpolib.lab.prefetch --profile full --only NN --jobs J` (its
+notebook's committed runs removed there, `python -m gpolib.workbook.prefetch --profile full --only NN --jobs J` (its
 runs in J one-thread processes), then `python -m gpolib reproduce --profile full --only NN` (the notebook executed on
 them). Runs another notebook owns (a `HOME` baseline, e.g. 07's GRPO arm in 01) are reused, as in the workbook,
 where that notebook computes them. Step-0 evaluations go to an empty cache (`gpolib.eval_cache`), so the first run computes its own, as on a
-fresh machine. Prints both times, the total and the fp32 matmul peak; the worktree is removed at the end.
+fresh machine. Prints both times, the total and the fp32 matmul peak, and records the notebook's row (minutes, peak,
+jobs) in `benchmarks/notebook_times.json` (`--no-record`: print only; README's table follows with
+`python -m gpolib.workbook.readme --write`); the worktree is removed at the end.
 Measure on a quiet machine: every other process shares the cores.
 
     python benchmarks/notebook_time.py 05 [--jobs 2] [--keep DIR]
@@ -39,9 +41,11 @@ def main(argv=None) -> int:
     p.add_argument("notebook", help="the notebook's prefix, e.g. 05")
     p.add_argument("--jobs", type=int, default=2, help="one-thread training processes at once")
     p.add_argument("--keep", default="", help="make the worktree here and keep it (runs, logs, executed notebook)")
+    p.add_argument("--no-record", action="store_true", help="do not write benchmarks/notebook_times.json")
     args = p.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     from gpolib.bench.common import cpu_model, matmul_peak_gflops
+    from gpolib.workbook.readme import record_time
 
     peak = matmul_peak_gflops(threads=2)
     where = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="notebook-time-")) / "tree"
@@ -53,7 +57,7 @@ def main(argv=None) -> int:
         env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "PYTHONPATH": str(where),
                "GPOLIB_CACHE_DIR": str(where.parent / "cache")}
         py = sys.executable
-        train = timed([py, "-m", "gpolib.lab.prefetch", "--profile", "full", "--only", args.notebook, "--jobs",
+        train = timed([py, "-m", "gpolib.workbook.prefetch", "--profile", "full", "--only", args.notebook, "--jobs",
                        str(args.jobs)], where, env, where.parent / "prefetch.log")
         execute = timed([py, "-m", "gpolib", "reproduce", "--profile", "full", "--only", args.notebook], where, env,
                         where.parent / "notebook.log")
@@ -64,6 +68,10 @@ def main(argv=None) -> int:
     print(f"cpu: {cpu_model()}, {os.cpu_count()} CPUs; fp32 matmul peak with 2 threads: {peak:.0f} GFLOP/s")
     print(f"notebook {args.notebook} ({', '.join(r.name for r in runs) or 'no runs folder'} recomputed): training "
           f"({args.jobs} jobs) {train:.0f} s, executing the notebook {execute:.0f} s, in all {(train + execute) / 60:.1f} min")
+    if not args.no_record:
+        path = record_time(ROOT, args.notebook, minutes=(train + execute) / 60, peak_gflops=peak, jobs=args.jobs,
+                           source="benchmarks/notebook_time.py")
+        print(f"recorded in {path.relative_to(ROOT)}; README: python -m gpolib.workbook.readme --write")
     return 0
 
 

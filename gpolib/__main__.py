@@ -14,6 +14,7 @@ import argparse
 import sys
 
 from gpolib import jsonio
+from gpolib.overrides import parse_overrides
 from gpolib.runtime import setup_threads
 
 
@@ -62,25 +63,6 @@ def add_train(sub) -> None:
                    help="override a TrainConfig field (loss_<field> for LossConfig); repeatable")
 
 
-def parse_overrides(items: list) -> dict:
-    """FIELD=VALUE strings -> dict; VALUE is a Python literal (number, bool, None, quoted string) or a bare string."""
-    import ast
-
-    out = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--set {item!r} is invalid; expected FIELD=VALUE")
-        if raw.strip().lower().lstrip("+-") in ("nan", "inf", "infinity"):
-            out[key] = float(raw)  # so that the field's check can say "a finite number"
-            continue
-        try:
-            out[key] = ast.literal_eval(raw)  # literals only: never executes code
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            out[key] = raw
-    return out
-
-
 def input_error(err: Exception) -> int:
     """A bad value the user typed: its one-paragraph message on stderr, exit code 2, no traceback."""
     print(f"error: {err}", file=sys.stderr)
@@ -102,7 +84,7 @@ def cmd_train(args) -> int:
 
 
 def add_reproduce(sub) -> None:
-    from gpolib.lab import workbook
+    from gpolib.workbook import workbook
 
     workbook.add_cli(sub)
 

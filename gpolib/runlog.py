@@ -1,6 +1,6 @@
 """What the workbook runner learns from the runs inside a notebook's kernel: reused or computed, and progress.
 
-The runner (`gpolib.lab.workbook`) runs each notebook in a separate kernel process; it sets two
+The runner (`gpolib.workbook.workbook`) runs each notebook in a separate kernel process; it sets two
 environment variables that the kernel inherits, and the run folders (`RunDir`) answer through them:
   GPOLIB_RUN_LOG             a file: one line per event, `<event>\t<folder>\t<detail>`, where event is
                              "reused", "computed" or "step" (detail "<done>/<total>") or "start"

@@ -22,19 +22,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 
-def parse_sets(items: list) -> dict:
-    """`--set FIELD=VALUE` pairs -> {field: value}, values read as YAML scalars (3 -> int, 1e-3 -> float)."""
-    import yaml
-
-    out = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            raise ValueError(f"--set {item!r} is invalid; expected FIELD=VALUE")
-        out[name] = yaml.safe_load(value)
-    return out
-
-
 def task_dataset(cfg, tokenizer, split: str = "task_train"):
     """A `datasets.Dataset` with the rendered `prompt` and the integer `answer` of every task row."""
     import datasets
@@ -96,8 +83,9 @@ def main(argv: list | None = None) -> int:
     a = p.parse_args(argv)
 
     from gpolib import presets
+    from gpolib.overrides import parse_overrides  # the CLI's --set rules
 
-    overrides = parse_sets(a.set)
+    overrides = parse_overrides(a.set)
     if a.model:
         overrides["model"] = a.model
     if not a.cpu and "dtype" not in overrides:

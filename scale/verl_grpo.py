@@ -57,9 +57,8 @@ def command(cfg, train: str, val: str, gpus: int = 1, strict: bool = True, rollo
 
 
 def main(argv: list | None = None) -> int:
-    from trl_grpo import parse_sets  # same --set syntax as the TRL launcher
-
     from gpolib import presets
+    from gpolib.overrides import parse_overrides  # the CLI's --set rules
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", required=True, help="grpo | dapo | gspo | gfpo | dr_grpo")
@@ -69,7 +68,7 @@ def main(argv: list | None = None) -> int:
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="TrainConfig override")
     p.add_argument("--no-strict", action="store_true", help="export without the features verl lacks (warns)")
     a = p.parse_args(argv)
-    cfg = presets.get(a.preset, **{**parse_sets(a.set), "model": a.model})
+    cfg = presets.get(a.preset, **{**parse_overrides(a.set), "model": a.model})
     train, val = write_parquet(cfg, a.data_dir)
     print(" \\\n    ".join(shlex.quote(x) for x in command(cfg, train, val, a.gpus, strict=not a.no_strict)))
     return 0

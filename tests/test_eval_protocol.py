@@ -38,7 +38,7 @@ def test_full_profile_follows_the_rules_of_evidence():
     >= 512 x 4 held-out samples in the full profile; the smoke profile (the notebooks' own parameters) keeps one seed."""
     from pathlib import Path
 
-    from gpolib.lab import workbook
+    from gpolib.workbook import workbook
 
     nbs = Path(__file__).resolve().parents[1] / "notebooks"
     full = {j.prefix: j.params for j in workbook.plan("full", None, nbs)}

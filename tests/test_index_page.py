@@ -1,4 +1,4 @@
-"""reports/index.html in a real headless Chromium (gpolib/lab/index.py, gpolib/lab/browser.py): the page renders,
+"""reports/index.html in a real headless Chromium (gpolib/workbook/index.py, gpolib/workbook/browser.py): the page renders,
 every image loads, every link resolves, a broken one is caught, a screenshot is written."""
 import json
 import shutil
@@ -8,7 +8,7 @@ import matplotlib
 import matplotlib.pyplot as plt
 import pytest
 
-from gpolib.lab import browser, index
+from gpolib.workbook import browser, index
 
 matplotlib.use("Agg")
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,13 +74,13 @@ def test_committed_report_page_is_whole_and_screenshot(tmp_path):
     figures = [p for p in (ROOT / "reports" / "figures").glob("*.png") if not p.name.startswith("index_")]
     inv, found = browser.check(page_file, screenshot=tmp_path / "index.png")
     assert found == []
-    stale = "reports/index.html is older than the reports: python -m gpolib.lab.index (the workbook runner does it)"
+    stale = "reports/index.html is older than the reports: python -m gpolib.workbook.index (the workbook runner does it)"
     assert inv["rows"] == len(claims) and len(inv["images"]) == len(figures), stale
     assert (tmp_path / "index.png").stat().st_size > 10_000
 
 
 def test_the_workbook_runner_rebuilds_the_page(tmp_path, capsys):
-    from gpolib.lab import workbook
+    from gpolib.workbook import workbook
 
     (tmp_path / "reports" / "smoke" / "html").mkdir(parents=True)
     (tmp_path / "reports" / "smoke" / "html" / "90_objectives_explorer.html").write_text("<html></html>")

@@ -1,11 +1,11 @@
-"""Committed notebooks carry no results (gpolib/lab/notebooks.py): only checked cells keep outputs."""
+"""Committed notebooks carry no results (gpolib/workbook/notebooks.py): only checked cells keep outputs."""
 from pathlib import Path
 
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from gpolib.lab import notebooks as nbs
+from gpolib.workbook import notebooks as nbs
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
@@ -54,6 +54,6 @@ def test_clean_refreshes_checked_outputs_from_an_executed_copy():
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_committed_notebooks_hold_no_results(path):
-    """No smoke verdict (nor any other result) is committed as if it were one; `python -m gpolib.lab.notebooks
+    """No smoke verdict (nor any other result) is committed as if it were one; `python -m gpolib.workbook.notebooks
     clean notebooks/*.ipynb` fixes a notebook that fails here."""
     assert nbs.problems(nbformat.read(str(path), as_version=4)) == []

@@ -49,7 +49,7 @@ def test_arms_generate_equal_samples_and_vapo_pretrains_50():
 def test_grpo_arm_is_notebook_01s_runs():
     """Under full.yaml, notebook 07's GRPO folders are notebook 01's (trained once, reused)."""
     from gpolib import paths
-    from gpolib.lab import prefetch, workbook
+    from gpolib.workbook import prefetch, workbook
     jobs = {j.prefix: prefetch.notebook_runs(j) for j in workbook.plan("full", ["01", "07"], paths.repo_root() / "notebooks")}
     for s in range(3):
         assert jobs["07"][f"grpo/seed{s}"][1] == jobs["01"][f"grpo/seed{s}"][1]

@@ -6,8 +6,8 @@ import nbformat
 import pytest
 import yaml
 
-from gpolib.lab import workbook
-from gpolib.lab.workbook import NotebookFailed, WorkbookError
+from gpolib.workbook import workbook
+from gpolib.workbook.workbook import NotebookFailed, WorkbookError
 
 PARAMS = 'PROFILE = "smoke"\nSTEPS = 2\nLR = 1e-3\nUSE_KL = False\nNAME = "x"\nMAX_LEN = None'
 

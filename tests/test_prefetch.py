@@ -1,10 +1,10 @@
-"""gpolib.lab.prefetch builds the same runs as the notebooks, trains a shared baseline once, seed-major."""
+"""gpolib.workbook.prefetch builds the same runs as the notebooks, trains a shared baseline once, seed-major."""
 import re
 
 import pytest
 
 from gpolib import paths
-from gpolib.lab import prefetch, workbook
+from gpolib.workbook import prefetch, workbook
 
 NOTEBOOKS = paths.repo_root() / "notebooks"
 

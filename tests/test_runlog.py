@@ -4,7 +4,7 @@ import os
 import time
 
 from gpolib import presets, runlog
-from gpolib.lab import progress
+from gpolib.workbook import progress
 from gpolib.rundir import RunDir
 
 

@@ -3,7 +3,7 @@
 It shows the claims scoreboard of `claims.json` (verdict colours, the paper's number beside ours), every
 figure in `figures/` and a link to each executed notebook's HTML in `html/`, all by relative paths so the
 folder can be opened, copied or served as it is. `build(profile)` writes it; the workbook runner calls it
-after the scoreboard. `gpolib.lab.browser` checks it in a headless Chromium and takes its screenshot.
+after the scoreboard. `gpolib.workbook.browser` checks it in a headless Chromium and takes its screenshot.
 """
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ def build(profile: str = "full", root: Path | str | None = None) -> Path:
     return out
 
 
-if __name__ == "__main__":  # python -m gpolib.lab.index [profile]: rewrite the page without running the workbook
+if __name__ == "__main__":  # python -m gpolib.workbook.index [profile]: rewrite the page without running the workbook
     import sys
 
     print(build(sys.argv[1] if len(sys.argv) > 1 else "full"))

@@ -4,7 +4,7 @@ Chromium (Debian's `chromium` package; `make test` installs it) runs headless wi
 driven over the DevTools protocol (a websocket, `websocket-client`): navigate, wait for the load event
 (images included), evaluate one expression that lists the page's images and links, take a screenshot.
 
-    python -m gpolib.lab.browser reports/index.html reports/figures/index_screenshot.png
+    python -m gpolib.workbook.browser reports/index.html reports/figures/index_screenshot.png
 """
 from __future__ import annotations
 
@@ -150,7 +150,7 @@ def check(html: Path | str, screenshot: Path | str | None = None) -> tuple:
 
 
 def main(argv=None) -> int:
-    """`python -m gpolib.lab.browser PAGE.html [SCREENSHOT.png]`: exit 1 if the page has a problem."""
+    """`python -m gpolib.workbook.browser PAGE.html [SCREENSHOT.png]`: exit 1 if the page has a problem."""
     args = sys.argv[1:] if argv is None else argv
     inv, found = check(args[0], args[1] if len(args) > 1 else None)
     print(f"{args[0]}: {len(inv['images'])} images, {len(inv['links'])} links, {inv['rows']} claims")

@@ -1,6 +1,6 @@
 """Train the runs a notebook will ask for ahead of it, several processes at once.
 
-    python -m gpolib.lab.prefetch --profile full --only 01,06 --jobs 2
+    python -m gpolib.workbook.prefetch --profile full --only 01,06 --jobs 2
 
 A notebook trains its runs one after another in its kernel; on a machine with n cores, n one-thread
 processes finish the same runs about n times sooner than one n-thread process (decoding small models
@@ -46,7 +46,7 @@ def topic_module(notebook: str):
 def notebook_runs(job: workbook.Job) -> dict:
     """Run name -> (TrainConfig, folder) for every run the notebook trains; {} if it has no topic module
     (`topic_module`) or the module has no ARMS."""
-    from . import runs
+    from ..lab import runs
 
     module = topic_module(job.name)
     arms = getattr(module, "ARMS", None)
@@ -121,7 +121,7 @@ def prefetch(profile: str, only: list | None, n_jobs: int) -> int:
 
 
 def main(argv: list | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m gpolib.lab.prefetch", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m gpolib.workbook.prefetch", description=__doc__.split("\n\n")[0])
     ap.add_argument("--profile", default="full", help="params profile: notebooks/params/<profile>.yaml")
     ap.add_argument("--only", help="comma-separated notebook prefixes, e.g. 01,06 (default: all)")
     ap.add_argument("--jobs", type=int, default=2, help="one-thread training processes at once")

@@ -9,10 +9,10 @@ The only outputs kept are those of cells marked `# NBVAL_CHECK_OUTPUT`: determin
 independent checks (identities, hand-computed tables, the task format) that nbval re-runs and
 compares under `--nbval-lax`. nbval needs their stored outputs; everything else is cleared.
 
-    python -m gpolib.lab.notebooks clean notebooks/*.ipynb              # clear non-checked outputs
-    python -m gpolib.lab.notebooks clean --from reports/smoke/executed notebooks/*.ipynb
+    python -m gpolib.workbook.notebooks clean notebooks/*.ipynb              # clear non-checked outputs
+    python -m gpolib.workbook.notebooks clean --from reports/smoke/executed notebooks/*.ipynb
                                                                         # and refresh checked ones
-    python -m gpolib.lab.notebooks check notebooks/*.ipynb              # exit 1 if any is not clean
+    python -m gpolib.workbook.notebooks check notebooks/*.ipynb              # exit 1 if any is not clean
 """
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ def _reference(path: Path, folder: Optional[Path]):
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m gpolib.lab.notebooks")
+    p = argparse.ArgumentParser(prog="python -m gpolib.workbook.notebooks")
     p.add_argument("action", choices=("clean", "check"))
     p.add_argument("--from", dest="source", type=Path, default=None,
                    help="folder of executed copies whose checked outputs replace the stored ones (clean)")

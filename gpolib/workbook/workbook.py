@@ -204,7 +204,8 @@ def _run_one(job: Job, tag: str, profile: str, root: Path) -> dict:
 def _report(profile: str, root: Path, before: dict) -> None:
     """Rebuild the scoreboard (and the README's, full profile) and the report page (index.html), say whether
     any verdict changed."""
-    from . import index, report  # the claims' verdicts import the lab modules: only when a report is built
+    from ..lab import report  # the claims' verdicts import the lab modules: only when a report is built
+    from . import index
     from .progress import verdict_changes
 
     changed_files = report.build(profile, root=root)
@@ -305,7 +306,7 @@ def add_cli(subparsers) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m gpolib.lab.workbook reproduce ...`; returns the exit code."""
+    """`python -m gpolib.workbook.workbook reproduce ...`; returns the exit code."""
     parser = argparse.ArgumentParser(prog="gpolib")
     add_cli(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
