@@ -150,7 +150,7 @@ BAD_CLI = [
     (["train", "--preset", "grpo", "--set", "group_size=[8]"], "group_size=[8]"),
     (["train", "--preset", "grpo", "--set", "loss_eps_low=1.5"], "eps_low=1.5"),
     (["train", "--preset", "grpo", "--set", "loss_max_len=0"], "max_len=0"),
-    (["train", "--preset", "grpo", "--set", "model="], "model=''"),
+    (["train", "--preset", "grpo", "--set", "model="], "'model=' is invalid: model has no value"),
     (["train", "--preset", "grpo", "--set", "gradient_checkpointing=yes"], "gradient_checkpointing='yes'"),
     (["train", "--preset", "grpo", "--set", "overlong_cache=1.5"], "overlong_cache=1.5"),
     (["train", "--preset", "grpo", "--set", "advantage_estimator=critic"], "advantage_estimator='critic'"),

@@ -27,7 +27,7 @@ CHECK = "# NBVAL_CHECK_OUTPUT"
 """first-line marker of a checked cell"""
 RUN_METADATA = ("papermill", "gpolib")
 """notebook metadata written by an execution (papermill's and the workbook's); never committed"""
-VERDICT_WORDS = ("REPRODUCED", "PARTLY", "NOT REPRODUCED", "smoke: no verdict")
+VERDICT_WORDS = ("REPRODUCED", "PARTLY", "INCONCLUSIVE", "NOT REPRODUCED", "NOT TESTED", "smoke: no verdict")
 
 
 def is_checked(cell) -> bool:
