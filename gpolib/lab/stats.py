@@ -13,7 +13,8 @@ The words, one vocabulary for every claim:
 - not tested      a conditional claim whose condition did not occur (the measured condition printed);
 - smoke: no verdict, on smoke runs (`for_profile`); not yet run, a claim whose runs do not exist.
 Rules: `Greater` ("A > B", paired by seed; `growth` its one-sample form), `NotWorse` (non-inferiority, margin 0.03),
-`Slope` (a least-squares slope), `AtLeast` (a plain condition), `AllOf` (parts, premises and conditions).
+`Slope` (a least-squares slope), `EverySeed` (a per-seed interval above 0 in
+every seed), `AtLeast` (a plain condition), `AllOf` (parts, premises and conditions).
 A training rule never says "reproduced" from fewer than `min_seeds` (3) seeds: it says inconclusive, and why.
 """
 from __future__ import annotations
@@ -218,6 +219,44 @@ class AtLeast:
         text = (f"{self.what} {format(got, self.fmt)} {'>=' if holds else '<'} {format(self.at_least, self.fmt)}"
                 + (f" ({'lowest' if self.every else 'mean'} of {shown})" if len(vals) > 1 else ""))
         return Verdict(REPRODUCED if holds else NOT, text, self.criterion)
+
+
+@dataclass(frozen=True)
+class EverySeed:
+    """'statistic > 0 in every seed', each seed with its own interval (S1: a bootstrap over prompts within the seed's
+    run): reproduced when every seed's interval is above 0 (and there are >= min_seeds seeds); not reproduced when
+    some seed's interval is below 0; otherwise inconclusive, naming the seeds whose interval spans 0."""
+
+    what: str
+    how: str = "95% bootstrap interval over prompts"
+    min_seeds: int = MIN_SEEDS
+    fmt: str = ".2e"
+
+    @property
+    def criterion(self) -> str:
+        return (f"{self.what} > 0 in every seed: {self.how}; reproduced when the interval's lower end > 0 in every "
+                f"seed; not reproduced when its upper end < 0 in some seed; otherwise inconclusive"
+                + _seeds_clause(self.min_seeds))
+
+    def judge(self, values: Sequence[float], los: Sequence[float], his: Sequence[float]) -> Verdict:
+        if not (len(values) == len(los) == len(his)):
+            raise ValueError(f"EverySeed: {len(values)} values, {len(los)} lower and {len(his)} upper ends")
+        missing = _missing(self, values, los, his)
+        if missing:
+            return missing
+        shown = ", ".join(f"{format(v, self.fmt)} [{format(lo, self.fmt)}, {format(hi, self.fmt)}]"
+                          for v, lo, hi in zip(values, los, his))
+        text = f"{self.what} per seed: {shown} (n={len(values)})"
+        if any(hi < -TOL for hi in his):
+            return Verdict(NOT, text, self.criterion)
+        spans = [i for i, lo in enumerate(los) if not lo > TOL]
+        if spans:
+            return Verdict(INCONCLUSIVE, f"{text}; inconclusive: the interval spans 0 in seed index {spans}",
+                           self.criterion)
+        if len(values) < self.min_seeds:
+            return Verdict(INCONCLUSIVE, f"{text}; only {len(values)} seeds (< {self.min_seeds}): not enough to say "
+                           "reproduced", self.criterion)
+        return Verdict(REPRODUCED, text, self.criterion)
 
 
 # ---------------------------------------------------------------- combining

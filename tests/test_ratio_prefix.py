@@ -1,0 +1,75 @@
+"""S1 within responses (gpolib/lab/ratio_prefix.py) and the per-seed interval rule (stats.EverySeed): hand-computed."""
+import math
+
+import numpy as np
+import pytest
+
+from gpolib.lab import ratio_prefix as rp
+from gpolib.lab import stats
+
+
+def _tokens(rows, steps, prompts):
+    lengths = [len(r) for r in rows]
+    return {"log_rho": np.concatenate([np.asarray(r, dtype=np.float32) for r in rows]),
+            "offsets": np.concatenate([[0], np.cumsum(lengths)]), "step": np.asarray(steps),
+            "prompt": np.asarray(prompts), "advantage": np.zeros(len(rows)), "length": np.asarray(lengths)}
+
+
+def test_prefix_sums_follow_each_response_and_drop_short_ones():
+    tok = _tokens([[0.1, 0.2, 0.3], [1.0, -1.0], [0.5, 0.5, 0.5, 9.0]], [0, 0, 1], [0, 1, 0])
+    S, step, prompt = rp.prefix_sums(tok, min_len=3)
+    assert np.allclose(S, [[0.1, 0.3, 0.6], [0.5, 1.0, 1.5]], atol=1e-6)
+    assert step.tolist() == [0, 1] and prompt.tolist() == [0, 0]
+
+
+def test_pooled_var_is_within_step():
+    # step 0: 1, 3 (ss 2); step 1: 10, 14, 18 (ss 32); pooled (2 + 32) / (1 + 2) = 34 / 3; one response alone adds nothing
+    S = np.array([[1.0], [3.0], [10.0], [14.0], [18.0], [100.0]])
+    step = np.array([0, 0, 1, 1, 1, 2])
+    assert rp.pooled_var(S, step)[0] == pytest.approx(34 / 3)
+    # weights count a response twice: step 0 = 1, 1, 3 -> mean 5/3, ss 8/3; pooled (8/3 + 32) / (2 + 2)
+    w = np.array([2, 1, 1, 1, 1, 1])
+    assert rp.pooled_var(S, step, w)[0] == pytest.approx((8 / 3 + 32) / 4)
+
+
+def test_v_curve_grows_linearly_for_independent_drift():
+    rng = np.random.default_rng(1)
+    rows = rng.normal(0, 0.1, size=(4000, 120))
+    tok = _tokens(list(rows), np.repeat(np.arange(20), 200), np.tile(np.repeat(np.arange(25), 8), 20))
+    S, step, prompt = rp.prefix_sums(tok)
+    curve = rp.v_curve(S, step)
+    assert np.allclose(np.array(curve["V"]) / np.array(curve["L"]), 0.01, rtol=0.1)  # V(L) = L sigma^2
+    assert curve["V_geo"][-1] < curve["V_geo"][1]  # the geometric mean's spread shrinks as 1/L
+    boot = rp.bootstrap_slope(S, step, prompt, n_boot=200)
+    assert boot["lo"] < 0.01 < boot["hi"] and boot["lo"] > 0
+    assert rp.slope(np.array([1.0, 2.0, 3.0]), np.array([2.0, 4.0, 6.0])) == pytest.approx(2.0)
+
+
+def test_leave_share_and_compounding_length():
+    S = np.cumsum(np.full((2, 120), math.log(0.99)), axis=1)
+    S[1] = 0.0
+    assert rp.leave_share(S) == {20: 0.0, 60: 0.0, 120: 0.5}  # 0.99^69 < 0.5 <= 0.99^68
+    assert rp.compounding_length(0.99) == 69 and 0.99 ** 69 < 0.5 <= 0.99 ** 68
+    assert rp.leave_curve(S)[68] == 0.5 and rp.leave_curve(S)[67] == 0.0
+
+
+def test_token_file_round_trip_and_refusal(tmp_path):
+    tok = _tokens([[0.1, 0.2], [0.3]], [0, 0], [0, 1])
+    rp.save_tokens(tmp_path / "t.npz", tok["log_rho"], tok["offsets"], tok["step"], tok["prompt"], tok["advantage"])
+    back = rp.load_tokens(tmp_path / "t.npz")
+    assert back["length"].tolist() == [2, 1] and np.allclose(back["log_rho"], [0.1, 0.2, 0.3])
+    np.savez(tmp_path / "bad.npz", log_rho=np.zeros(2))
+    with pytest.raises(ValueError, match="missing offsets"):
+        rp.load_tokens(tmp_path / "bad.npz")
+
+
+def test_every_seed_words():
+    rule = stats.EverySeed("slope of V(L)")
+    assert rule.judge([1.0, 2.0, 3.0], [0.5, 0.1, 1.0], [2.0, 3.0, 4.0]).word == stats.REPRODUCED
+    v = rule.judge([1.0, 2.0, 3.0], [0.5, -0.1, 1.0], [2.0, 3.0, 4.0])
+    assert v.word == stats.INCONCLUSIVE and "seed index [1]" in v.text
+    assert rule.judge([1.0, -2.0, 3.0], [0.5, -3.0, 1.0], [2.0, -1.0, 4.0]).word == stats.NOT
+    assert rule.judge([1.0, 2.0], [0.5, 0.1], [2.0, 3.0]).word == stats.INCONCLUSIVE  # two seeds only
+    assert rule.judge([1.0, float("nan"), 3.0], [0.5, 0.1, 1.0], [2.0, 3.0, 4.0]).word == stats.INCONCLUSIVE
+    with pytest.raises(ValueError):
+        rule.judge([1.0], [0.5, 0.1], [2.0])
