@@ -84,11 +84,16 @@ def test_ratio_records_on_tiny_run(tiny_cfg):
     from gpolib.train import Trainer
 
     cfg = tiny_cfg("grpo", mu=2, steps=1, prompts_per_step=2, group_size=4, max_new_tokens=32)
-    df = ratio_decay.ratio_records(Trainer(cfg), 1)
-    assert list(df.columns) == ["step", "length", "log_prod_rho", "log_s", "advantage"]
+    df, tok = ratio_decay.ratio_records(Trainer(cfg), 1)
+    assert list(df.columns) == ["step", "prompt", "length", "log_prod_rho", "log_s", "advantage"]
     twin = Trainer(cfg)  # same seed, not yet updated: step 0 collects the same rollout (seeded by the step)
     assert df["length"].tolist() == twin.collect(0).rollout.lengths.tolist()
     np.testing.assert_allclose(df["log_s"] * df["length"], df["log_prod_rho"], atol=1e-5)
+    assert df["prompt"].tolist() == [0, 0, 0, 0, 1, 1, 1, 1]  # groups of G = 4
+    # the per-token file: one slice per response, its length the response's, its sum the product's log
+    assert tok["length"].tolist() == df["length"].tolist()
+    sums = [tok["log_rho"][a:b].sum() for a, b in zip(tok["offsets"][:-1], tok["offsets"][1:])]
+    np.testing.assert_allclose(sums, df["log_prod_rho"], atol=1e-5)
 
 
 def test_expert_load_rows_sum_to_one():

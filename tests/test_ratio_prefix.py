@@ -48,7 +48,7 @@ def test_v_curve_grows_linearly_for_independent_drift():
 def test_leave_share_and_compounding_length():
     S = np.cumsum(np.full((2, 120), math.log(0.99)), axis=1)
     S[1] = 0.0
-    assert rp.leave_share(S) == {20: 0.0, 60: 0.0, 120: 0.5}  # 0.99^69 < 0.5 <= 0.99^68
+    assert rp.leave_share(S) == {'20': 0.0, '60': 0.0, '120': 0.5}  # 0.99^69 < 0.5 <= 0.99^68
     assert rp.compounding_length(0.99) == 69 and 0.99 ** 69 < 0.5 <= 0.99 ** 68
     assert rp.leave_curve(S)[68] == 0.5 and rp.leave_curve(S)[67] == 0.0
 
@@ -73,3 +73,26 @@ def test_every_seed_words():
     assert rule.judge([1.0, float("nan"), 3.0], [0.5, 0.1, 1.0], [2.0, 3.0, 4.0]).word == stats.INCONCLUSIVE
     with pytest.raises(ValueError):
         rule.judge([1.0], [0.5, 0.1], [2.0])
+
+
+def _summary(slope, lo, hi, drop=1e-4):
+    return {"slope": slope, "lo": lo, "hi": hi, "v_geo_drop": drop, "n_long": 600, "leave": {"20": 0.0, "60": 0.1,
+                                                                                             "120": 0.3}}
+
+
+def test_verdict_s1_words_from_within_evidence():
+    from gpolib.lab import ratio_decay
+
+    old = {"bucket_len": [60, 80, 100, 120, 140, 160], "var_log_prod_rho": [6, 5, 4, 3, 2, 1]}
+    assert ratio_decay.verdict_s1(old).word == stats.NOT_RUN  # the earlier design's record: not yet run
+    good = {**old, "within": {str(s): _summary(1e-3, 5e-4, 2e-3) for s in range(3)}}
+    v = ratio_decay.verdict_s1(good)
+    assert v.word == stats.REPRODUCED and "0.99^L leaves it at L = 69" in v.text and "secondary" in v.text
+    spans = {**old, "within": {"0": _summary(1e-3, -1e-4, 2e-3), "1": _summary(1e-3, 5e-4, 2e-3),
+                               "2": _summary(1e-3, 5e-4, 2e-3)}}
+    v = ratio_decay.verdict_s1(spans)  # the geometric mean's part holds, the slope's spans 0 in one seed
+    assert v.word == stats.PARTLY and "(inconclusive)" in v.text and "seed index [0]" in v.text
+    grows = {**old, "within": {str(s): _summary(1e-3, 5e-4, 2e-3, drop=-1e-5) for s in range(3)}}
+    assert ratio_decay.verdict_s1(grows).word == stats.PARTLY  # V(L) grows, but so does the geometric mean's spread
+    neither = {**old, "within": {str(s): _summary(-1e-3, -2e-3, -5e-4, drop=-1e-5) for s in range(3)}}
+    assert ratio_decay.verdict_s1(neither).word == stats.NOT

@@ -4,26 +4,27 @@ After mu >= 2 updates on one batch, the product of token ratios of a response dr
 while the sequence ratio s_i (a geometric mean) does not:
 - per-response ratios of the updated policy to pi_old, `ratio_step`, `ratio_records` (`cached_records`: once per config);
 - equal-count length buckets, `bucket_stats`; extreme product ratios, `extreme_share`;
-- S1: `s1_evidence` (the buckets), `verdict_s1` (the slope with its t-interval, `stats.Slope`).
+- S1: `within_evidence` (V(L) per seed, `ratio_prefix`), `s1_evidence` (the buckets, secondary), `verdict_s1`.
 """
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 
 from ..objectives import sequence_log_ratio
-from . import stats
+from . import ratio_prefix, stats
 
 S1_MIN_BUCKET = 50
 """S1: responses per length bucket for 'reproduced' (DESIGN: >= 6 buckets of >= 50 responses)"""
-S1_SLOPE = stats.Slope("slope of V(L) = Var over responses of sum_{t<=L} log rho_t (pooled within step), L = 10..120",
-                       min_r2=0.5, min_points=6)
-S1_GEO = stats.AtLeast("V_geo(20) - V_geo(120), the spread of the prefix geometric mean (does not grow)", at_least=0.0,
-                       fmt=".2e")
+S1_SLOPE = stats.EverySeed("slope of V(L) = Var over responses of sum_{t<=L} log rho_t (pooled within step) on L = "
+                           "10..120, responses of >= 120 tokens",
+                           how="95% percentile interval from 1000 resamples of the prompts within each step")
+S1_GEO = stats.AtLeast("V_geo(20) - V_geo(120), the spread of the prefix geometric mean's log (does not grow)",
+                       at_least=0.0, every=True, fmt=".2e")
 S1_RULE = stats.AllOf(parts=(S1_SLOPE, S1_GEO))
-"""S1 within responses (DESIGN): V(L) grows with L while the prefix geometric mean's spread does not; the slope's
-interval from a bootstrap over prompts in every seed (the per-token log ratios are not in the committed runs)"""
+"""S1 within responses (DESIGN): V(L) grows with L in every seed while the prefix geometric mean's spread does not"""
 S1_BUCKET = stats.Slope("across-response bucket slope of Var[log prod rho] per token of length (secondary)",
                         min_r2=0.5, min_points=6)
 """the old across-response measure, reported beside: confounded by the advantage and the 1/|o| weighting"""
@@ -31,44 +32,65 @@ RULES = {"S1": S1_RULE}
 """claim id -> the rule that judges it and writes its criterion"""
 
 
-def ratio_step(trainer, step: int) -> pd.DataFrame:
-    """One RL step of `trainer` with the per-response ratio of the updated policy to pi_old.
+def ratio_step(trainer, step: int) -> tuple[pd.DataFrame, list]:
+    """One RL step of `trainer` with the ratio of the updated policy to pi_old, per response and per token.
 
     Steps: 1. collect and score a batch (`Trainer.collect`, seeded by the step as in training);
     2. pi_old: the policy's log-probs before the update; 3. the mu minibatch updates (`Trainer.update`);
-    4. log pi_theta of the whole batch after them; 5. log prod_t rho_t and log s_i (GSPO Eq. 7).
+    4. log pi_theta of the whole batch after them; 5. log prod_t rho_t and log s_i (GSPO Eq. 7), and each
+    response's token log ratios log rho_t in order (S1 within responses, `ratio_prefix`).
+    Returns (one row per response: step, prompt (its group in the step), length, log prod rho, log s_i, advantage;
+    the per-token log ratios of each row, a list of (|o_i|,) arrays).
     """
     batch = trainer.collect(step)
     old = trainer.policy_logps(batch.rollout)  # (B, T)
     trainer.update(batch, step)
     new = trainer.policy_logps(batch.rollout)  # (B, T)
     mask = batch.rollout.completion_mask.float()  # (B, T)
-    return pd.DataFrame({"step": step, "length": batch.rollout.lengths.numpy(),
-                         "log_prod_rho": ((new - old) * mask).sum(dim=1).numpy(),  # log prod_t rho_t
-                         "log_s": sequence_log_ratio(new, old, mask).numpy(),  # log s_i, GSPO Eq. 7
-                         "advantage": batch.advantages.numpy()})
+    log_rho = (new - old) * mask  # (B, T)
+    tokens = [row[m > 0].numpy() for row, m in zip(log_rho, mask)]
+    G = trainer.cfg.group_size
+    df = pd.DataFrame({"step": step, "prompt": [i // G for i in range(len(tokens))],
+                       "length": batch.rollout.lengths.numpy(),
+                       "log_prod_rho": log_rho.sum(dim=1).numpy(),  # log prod_t rho_t
+                       "log_s": sequence_log_ratio(new, old, mask).numpy(),  # log s_i, GSPO Eq. 7
+                       "advantage": batch.advantages.numpy()})
+    return df, tokens
 
 
-def ratio_records(trainer, steps: int, start: int = 0) -> pd.DataFrame:
-    """`ratio_step` for steps start..start+steps-1 (training continues across them); one row per response."""
-    return pd.concat([ratio_step(trainer, s) for s in range(start, start + steps)], ignore_index=True)
+def ratio_records(trainer, steps: int, start: int = 0) -> tuple[pd.DataFrame, dict]:
+    """`ratio_step` for steps start..start+steps-1 (training continues across them): the per-response table and
+    the per-token arrays in `ratio_prefix`'s layout (flat log ratios with offsets)."""
+    frames, tokens = [], []
+    for s in range(start, start + steps):
+        df, tok = ratio_step(trainer, s)
+        frames.append(df)
+        tokens += tok
+    df = pd.concat(frames, ignore_index=True)
+    lengths = [len(t) for t in tokens]
+    tok = {"log_rho": np.concatenate(tokens) if tokens else np.zeros(0, np.float32),
+           "offsets": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64), "step": df["step"].to_numpy(),
+           "prompt": df["prompt"].to_numpy(), "advantage": df["advantage"].to_numpy(), "length": np.asarray(lengths)}
+    return df, tok
 
 
-def cached_records(cfg, run_dir) -> pd.DataFrame:
-    """`ratio_records` of a fresh `Trainer(cfg)` over cfg.steps, saved to `run_dir/ratios.csv`; a finished folder
-    of the same config and data (`RunDir.check_config`, stale folders are refused) is read back instead."""
+def cached_records(cfg, run_dir) -> tuple[pd.DataFrame, dict]:
+    """`ratio_records` of a fresh `Trainer(cfg)` over cfg.steps, saved to `run_dir/ratios.csv` and
+    `run_dir/token_ratios.npz`; a finished folder of the same config and data holding both (`RunDir.check_config`,
+    stale folders are refused) is read back instead."""
     from ..rundir import RunDir
     from ..train import Trainer
 
     run = RunDir(run_dir, cfg)
     run.check_config()
-    csv = run.path / "ratios.csv"
-    if run.reuse(results=("ratios.csv",)):
-        return pd.read_csv(csv)
-    df = ratio_records(Trainer(cfg), cfg.steps)
+    csv, npz = run.path / "ratios.csv", run.path / ratio_prefix.TOKENS_FILE
+    if run.reuse(results=("ratios.csv", ratio_prefix.TOKENS_FILE)):
+        return pd.read_csv(csv), ratio_prefix.load_tokens(npz)
+    df, tok = ratio_records(Trainer(cfg), cfg.steps)
     df.to_csv(csv, index=False)
+    ratio_prefix.save_tokens(npz, tok["log_rho"], tok["offsets"], tok["step"], tok["prompt"], tok["advantage"])
     run.write_summary({"fingerprint": cfg.fingerprint(), "finished": True, "steps": cfg.steps})
-    return df
+    return df, ratio_prefix.load_tokens(npz)
 
 
 def length_buckets(df: pd.DataFrame, n_buckets: int) -> pd.Series:
@@ -118,21 +140,54 @@ def robust_spread(df: pd.DataFrame, n_buckets: int, trim: float = 0.01) -> pd.Da
 # ---------------------------------------------------------------- verdict
 
 def s1_evidence(buckets: pd.DataFrame) -> dict:
-    """S1 evidence from `bucket_stats`: per bucket its mean length, Var[log prod rho], Var[log s_i], count."""
+    """The across-response evidence from `bucket_stats` (secondary): per bucket its mean length, Var[log prod rho],
+    Var[log s_i], count."""
     return {"bucket_len": buckets["len_mean"].tolist(), "var_log_prod_rho": buckets["var_log_prod_rho"].tolist(),
             "var_log_s": buckets["var_log_s"].tolist(), "bucket_n": buckets["n"].tolist()}
 
 
+def within_evidence(tokens: dict, token_mean: dict | None = None) -> dict:
+    """S1's within-response evidence: `ratio_prefix.seed_summary` of each seed's run ({seed: per-token arrays}) of the
+    judged arm, and of the token_mean arm beside (reported, not judged: its loss weights tokens without 1/|o|)."""
+    out = {"within": {str(k): ratio_prefix.seed_summary(t) for k, t in tokens.items()}}
+    if token_mean:
+        out["within_token_mean"] = {str(k): ratio_prefix.seed_summary(t) for k, t in token_mean.items()}
+    return out
+
+
+def _beside(e: dict) -> str:
+    """The numbers reported beside the judged ones: leave shares, the token_mean arm, the old bucket slope."""
+    seeds = e["within"].values()
+    leave = "; ".join(f"L = {L}: " + ", ".join(f"{100 * s['leave'][str(L)]:.1f}%"
+                                                for s in seeds) for L in ratio_prefix.LEAVE_AT)
+    text = (f"share of responses whose prefix product is outside [0.5, 2], per seed: {leave} (0.99^L leaves it at "
+            f"L = {ratio_prefix.compounding_length(0.99)}); responses of >= 120 tokens per seed "
+            + ", ".join(str(s["n_long"]) for s in seeds))
+    tm = e.get("within_token_mean")
+    if tm:
+        text += ("; token_mean arm (no 1/|o| weight), slope of V(L) per seed "
+                 + ", ".join(f"{s['slope']:.2e} [{s['lo']:.2e}, {s['hi']:.2e}]" for s in tm.values()))
+    return text
+
+
 def verdict_s1(e: dict) -> stats.Verdict:
-    """S1: the analytic value 0.99^200 and, within responses, `S1_RULE`; the committed runs keep one sum per response,
-    so the within-response part is not yet run and the verdict says so, with the old bucket slope reported beside
-    (its confound: log prod rho follows the advantage through the 1/|o| weight of the sample-level loss)."""
+    """S1: the analytic value 0.99^200 and, within responses, `S1_RULE` over the seeds' runs; the across-response
+    bucket slope of the earlier design reported beside with its confound (log prod rho follows the advantage through
+    the 1/|o| weight of the sample-level loss). Without within-response evidence (a record of the earlier design):
+    not yet run."""
     old = S1_BUCKET.judge(e["bucket_len"], e["var_log_prod_rho"])
-    v = stats.Verdict(stats.NOT_RUN, f"analytic 0.99^200 = {0.99 ** 200:.3f}; within-response V(L): not yet run; "
-                      f"{old.text} (across responses of different lengths: confounded by the advantage and the "
-                      "1/|o| weight, not accumulation)", S1_RULE.criterion, parts=(old,))
-    return stats.criterion_changed(v, "the criterion asks per-token log ratios of every response (3 seeds x 20 steps "
-                                   "at mu = 4) to compute V(L) and V_geo(L) within responses, not yet run")
+    confound = (f"secondary, {old.text} (across responses of different lengths: confounded by the advantage and the "
+                "1/|o| weight, not accumulation)")
+    if "within" not in e:
+        v = stats.Verdict(stats.NOT_RUN, f"analytic 0.99^200 = {0.99 ** 200:.3f}; within-response V(L): not yet run; "
+                          f"{confound}", S1_RULE.criterion, parts=(old,))
+        return stats.criterion_changed(v, "the criterion asks per-token log ratios of every response (3 seeds x 20 "
+                                       "steps at mu = 4) to compute V(L) and V_geo(L) within responses, not yet run")
+    seeds = list(e["within"].values())
+    slope = S1_SLOPE.judge([s["slope"] for s in seeds], [s["lo"] for s in seeds], [s["hi"] for s in seeds])
+    geo = S1_GEO.judge([s["v_geo_drop"] for s in seeds])
+    v = S1_RULE.judge([slope, geo])
+    return v.with_note(f"analytic 0.99^200 = {0.99 ** 200:.3f}; {_beside(e)}; {confound}")
 
 
 VERDICTS = {"S1": verdict_s1}

@@ -122,7 +122,7 @@ def bootstrap_slope(S: np.ndarray, step: np.ndarray, prompt: np.ndarray, grid=GR
 def leave_share(S: np.ndarray, at=LEAVE_AT, band=BAND) -> dict:
     """Share of responses whose prefix product exp(S(L)) lies outside `band` at each L of `at`."""
     lo, hi = math.log(band[0]), math.log(band[1])
-    return {int(L): float(((S[:, L - 1] < lo) | (S[:, L - 1] > hi)).mean()) for L in at}
+    return {str(L): float(((S[:, L - 1] < lo) | (S[:, L - 1] > hi)).mean()) for L in at}  # str keys: as read back from JSON
 
 
 def leave_curve(S: np.ndarray, band=BAND) -> np.ndarray:
