@@ -2,22 +2,25 @@
 
 Rollout -> correctness reward (+ DAPO soft overlong punishment) -> DAPO dynamic sampling (re-sample
 until the batch holds enough informative groups) -> DAPO overlong filter / GFPO top-k filter ->
-group-relative advantages -> a `Batch` for the update (phase 2, `update.py`). `trainer` is the
-`gpolib.train.Trainer` whose model, data and GFPO record are used (not imported here: no cycle).
+advantages from the run's baseline (`baseline.py`: group-relative, GFPO's filter; or a value model) -> a
+`Batch` for the update (phase 2, `update.py`). The phase reads the config, a `Draw` that samples and scores
+one round of prompts, and the baseline; nothing else of the trainer.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable, Protocol
+
 import torch
 
-from .groups import adaptive_k, gfpo_advantages, gfpo_keep, informative_groups
+from .groups import informative_groups
 from .metrics import mean_of
-from .objectives import group_advantages
 from .rewards import overlong_filter_mask
 from .rollout import Rollout, concat
 
-GROUP_MEANS_KEPT = 2048
-"""GFPO adaptive k: how many recent group mean rewards define the difficulty quartiles"""
+Draw = Callable[[int, int], tuple]
+"""draw(step, round_) -> (rollout, correct (B,), shaped reward (B,)): one round of the step's prompts
+(seeded by step and round), G responses each, scored (`Trainer.draw`)"""
 
 
 @dataclass
@@ -38,15 +41,19 @@ def step_seed(seed: int, step: int) -> int:
     return seed * 1_000_003 + step
 
 
-def collect(trainer, step: int) -> Batch:
+class Advantages(Protocol):
+    """What collect needs of a baseline (`baseline.GroupBaseline`, `value_loop.ValueBaseline`)."""
+
+    def advantages(self, ro: Rollout, correct, rewards, loss_mask, stats: dict) -> Batch: ...
+
+
+def collect(cfg, step: int, draw: Draw, pad_id: int, baseline: Advantages) -> Batch:
     """Seed the step, generate until the batch is full (dynamic sampling) or one round (otherwise), score, filter."""
-    c, G = trainer.cfg, trainer.cfg.group_size
+    c, G = cfg, cfg.group_size
     torch.manual_seed(step_seed(c.seed, step))
     kept, n_groups, rounds, samples, tokens, stats = [], 0, 0, 0, 0, {}
     while True:
-        tasks = trainer.sample_prompts(step, rounds)
-        ro = trainer.rollout(tasks, G)
-        correct, rewards = trainer.score(ro, tasks)
+        ro, correct, rewards = draw(step, rounds)
         if rounds == 0:
             stats = response_stats(ro, correct, rewards, G)
         rounds, samples, tokens = rounds + 1, samples + len(ro.texts), tokens + int(ro.lengths.sum())
@@ -57,36 +64,23 @@ def collect(trainer, step: int) -> Batch:
         n_groups += int(rows.sum()) // G
         if not c.dynamic_sampling or n_groups >= c.prompts_per_step or rounds >= c.max_gen_batches:
             break
-    ro = concat([k[0] for k in kept], trainer.tok.pad_token_id)
+    ro = concat([k[0] for k in kept], pad_id)
     correct, rewards = torch.cat([k[1] for k in kept]), torch.cat([k[2] for k in kept])
     n = min(n_groups, c.prompts_per_step) * G
     ro, correct, rewards = ro.select(torch.arange(n)), correct[:n], rewards[:n]
     stats.update({"gen/batches": rounds, "gen/samples": samples, "gen/tokens": tokens, "groups/kept": n // G})
-    batch = advantages(trainer, ro, correct, rewards, stats)
+    batch = advantages(c, baseline, ro, correct, rewards, stats)
     trained = batch.rewards.view(-1, G) if len(batch.rewards) and c.gfpo_k is None else None  # (n_groups, G)
     stats["groups/zero_var_trained"] = float((trained.std(1) == 0).float().mean()) if trained is not None else 0.0
     return batch
 
 
-def advantages(trainer, ro: Rollout, correct, rewards, stats: dict) -> Batch:
-    """Overlong filter and GFPO filter (if configured), group-relative advantages; GFPO's filtered rows leave."""
-    c, G = trainer.cfg, trainer.cfg.group_size
+def advantages(cfg, baseline: Advantages, ro: Rollout, correct, rewards, stats: dict) -> Batch:
+    """The loss mask (DAPO's overlong filter, if configured), then the baseline's advantages."""
     mask = ro.completion_mask.float()
-    if c.overlong == "filter":
+    if cfg.overlong == "filter":
         mask = overlong_filter_mask(mask, ro.truncated)
-    if c.advantage_estimator == "gae" and len(correct):  # PPO / VAPO: per token, from the value model
-        return trainer.gae_batch(ro, correct, rewards, mask, stats)
-    if c.gfpo_k is None or len(correct) == 0:
-        adv = group_advantages(rewards, G, c.adv_scale) if len(correct) else rewards
-        return Batch(ro, correct, rewards, adv, mask, stats)
-    means = rewards.view(-1, G).mean(1)
-    trainer.group_means = (trainer.group_means + means.tolist())[-GROUP_MEANS_KEPT:]
-    k = adaptive_k(means, c.gfpo_k, G, torch.tensor(trainer.group_means)) if c.gfpo_adaptive else c.gfpo_k
-    keep = gfpo_keep(rewards, ro.lengths, G, k, c.gfpo_metric)
-    adv = gfpo_advantages(rewards, keep, G, c.adv_scale)
-    stats["gfpo/len_kept"] = float(ro.lengths[keep].float().mean())
-    sub = ro.select(keep)
-    return Batch(sub, correct[keep], rewards[keep], adv[keep], mask[keep][:, : sub.completion_ids.shape[1]], stats)
+    return baseline.advantages(ro, correct, rewards, mask, stats)
 
 
 def length_stats(ro: Rollout, correct) -> dict:

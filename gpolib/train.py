@@ -20,7 +20,6 @@ from tqdm.auto import tqdm
 from .collect import Batch, collect, length_stats
 from .config import TrainConfig
 from .errors import ConfigError
-from .logprobs import completion_logps
 from .memory import check_fits
 from .reporting import reporter
 from .metrics import update_missing
@@ -29,15 +28,21 @@ from .rollout import Rollout, autocast, generate
 from .rundir import RunDir
 from .runtime import cpu_threads
 from .tasks import render_prompt
+from .policy import Policy
 from .update import update
-from . import eval_cache, value_loop
+from .value_loop import make_baseline
+from . import eval_cache
 
 EVAL_TEMPERATURE = 1.0
 """held-out accuracy is sampled at T = 1 (the policy itself), whatever the rollout temperature (DESIGN, evidence)"""
 
 
 class Trainer:
-    """Model, optimiser, data and the phases of a step: collect (`collect.py`), update (`update.py`), evaluate."""
+    """Model, optimiser, data and the phases of a step: collect (`collect.py`), update (`update.py`), evaluate.
+
+    The phases never see the trainer: collect gets the config, `draw` and the baseline (`baseline.py`), update
+    the `Policy` (model, parameters, optimiser), the config and the baseline.
+    """
 
     def __init__(self, cfg: TrainConfig):
         from .models import load_policy
@@ -64,19 +69,33 @@ class Trainer:
         self.opt = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay)
         warm = cfg.warmup_steps
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / (warm + 1)))
-        self.group_means: list = []  # running record for GFPO adaptive k
-        self.value = value_loop.make_value_model(self)  # PPO / VAPO (advantage_estimator='gae'), else None
+        self.policy = Policy(self.model, self.params, self.opt, self.sched, self.device, cfg.temperature)
+        self.baseline = make_baseline(cfg, self.model)  # a value model for PPO / VAPO, the group's otherwise
+
+    @property
+    def value(self):
+        """The value model (PPO / VAPO: advantage_estimator='gae'), else None."""
+        return self.baseline.value
+
+    @property
+    def group_means(self) -> list:
+        """GFPO adaptive k's running record of group mean rewards (`baseline.GroupBaseline`)."""
+        return self.baseline.group_means
+
+    @group_means.setter
+    def group_means(self, means: list) -> None:
+        self.baseline.group_means = means
 
     # -- the phases of a step -------------------------------------------------------
     def collect(self, step: int) -> Batch:
         """Phase 1, seeded by the step: a scored, filtered batch with advantages (`collect.collect`)."""
-        return collect(self, step)
+        return collect(self.cfg, step, self.draw, self.tok.pad_token_id, self.baseline)
 
     def update(self, batch: Batch, step: int) -> dict:
         """Phase 2: pi_old and the mu minibatch updates (`update.update`); the update metrics."""
         if self.engine is not None:
             self.engine.release()  # vLLM sleep mode: the update gets the engine's GPU memory
-        return update(self, batch, step)
+        return update(self.policy, self.cfg, self.baseline, batch, step)
 
     def evaluate(self, step: int) -> dict:
         """Held-out accuracy at T = 1, top-p 1 (eval_samples per prompt) and greedy, mean length, truncation share.
@@ -93,6 +112,12 @@ class Trainer:
                 **length_stats(ro, correct)}
 
     # -- the pieces the phases use ------------------------------------------------------
+    def draw(self, step: int, round_: int) -> tuple:
+        """One round of a step (`collect.Draw`): its prompts, G responses each, scored: (rollout, correct, reward)."""
+        tasks = self.sample_prompts(step, round_)
+        ro = self.rollout(tasks, self.cfg.group_size)
+        return (ro, *self.score(ro, tasks))
+
     def sample_prompts(self, step: int, round_: int) -> list:
         rng = random.Random(f"{self.cfg.seed}-{step}-{round_}")
         return rng.sample(self.train_tasks, self.cfg.prompts_per_step)
@@ -121,14 +146,8 @@ class Trainer:
 
     def logps(self, ro: Rollout, rows=slice(None), with_entropy: bool = False, chunk_rows: int = 64,
               bucket: bool = True):
-        """log pi_theta of the completion tokens of `rows` (with grad), (b, T) [, entropy (b, T)]."""
-        return completion_logps(self.model, ro.prompt_ids[rows].to(self.device), ro.prompt_mask[rows].to(self.device),
-                                ro.completion_ids[rows].to(self.device), ro.completion_mask[rows].to(self.device),
-                                self.cfg.temperature, chunk_rows=chunk_rows, with_entropy=with_entropy, bucket=bucket)
-
-    def gae_batch(self, ro: Rollout, correct, rewards, loss_mask, stats: dict) -> Batch:
-        """advantage_estimator='gae': per-token advantages and value targets from the value model."""
-        return value_loop.gae_batch(self, ro, correct, rewards, loss_mask, stats)
+        """log pi_theta of the completion tokens of `rows` (with grad), (b, T) [, entropy (b, T)]: `Policy.logps`."""
+        return self.policy.logps(ro, rows, with_entropy=with_entropy, chunk_rows=chunk_rows, bucket=bucket)
 
     @torch.no_grad()
     def policy_logps(self, ro: Rollout) -> torch.Tensor:
@@ -140,7 +159,7 @@ class Trainer:
     def state_dict(self) -> dict:
         weights = {n: p.detach().cpu().clone() for n, p in self.model.named_parameters() if p.requires_grad}
         return {"weights": weights, "opt": self.opt.state_dict(), "sched": self.sched.state_dict(),
-                "group_means": list(self.group_means), "rng": torch.get_rng_state(), **value_loop.value_state(self)}
+                "rng": torch.get_rng_state(), **self.baseline.state_dict()}  # the GFPO record, a value model
 
     def load_state_dict(self, state: dict) -> None:
         named = dict(self.model.named_parameters())
@@ -149,9 +168,8 @@ class Trainer:
                 named[n].copy_(w)
         self.opt.load_state_dict(state["opt"])
         self.sched.load_state_dict(state["sched"])
-        self.group_means = list(state["group_means"])
         torch.set_rng_state(state["rng"])
-        value_loop.load_value_state(self, state)
+        self.baseline.load_state_dict(state)
 
 
 def _vllm_engine(cfg: TrainConfig):
@@ -201,7 +219,7 @@ def _train_locked(cfg: TrainConfig, run: RunDir, progress: bool) -> list:
     else:
         run.rewrite_metrics([])
         metrics, evals, start, wall = [], [eval_cache.step0(trainer)], 0, 0.0  # shared by runs of one base policy
-        pretrain = value_loop.pretrain_value(trainer) if trainer.value is not None else []  # VAPO Value-Pretraining
+        pretrain = trainer.baseline.pretrain(trainer.draw)  # VAPO Value-Pretraining ([] without a value model)
     report = reporter(cfg.report_to, run.path, start)  # TensorBoard, when asked
     bar = tqdm(range(start, cfg.steps), desc=f"{cfg.name} seed {cfg.seed}", disable=not progress,
                initial=start, total=cfg.steps)

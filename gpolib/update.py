@@ -4,8 +4,9 @@ Each minibatch is trained in micro-batches of at most `micro_batch_rows` rows wi
 accumulation (memory is bounded by one micro-batch); rows whose advantage is 0 are skipped when
 beta = 0 (they add nothing but a denominator share, `objectives.subset_scale`). Diagnostics are the
 additive `Mean`s of `policy_loss` plus the update's own, pooled over micro-batches by `+` and averaged
-over minibatches, without the loop knowing their names. `trainer` is the `gpolib.train.Trainer` whose
-model and optimiser are used (not imported here: no cycle).
+over minibatches, without the loop knowing their names. The phase reads the `Policy` (model, parameters,
+optimiser), the config and the baseline (whose `update` takes the value model's steps under PPO / VAPO);
+nothing else of the trainer.
 """
 from __future__ import annotations
 
@@ -17,12 +18,14 @@ from . import moe
 from .collect import Batch
 from .metrics import Mean, Share, mean_of
 from .objectives import policy_loss, subset_scale
-from .value_loop import active_rows, has_signal, positive_lm_term, positive_tokens, update_value
+from .policy import Policy
+from .value_loop import active_rows, has_signal, positive_lm_term, positive_tokens
 
 
-def update(trainer, batch: Batch, step: int) -> dict:
-    """mu optimiser steps on disjoint minibatches of the batch; returns the update metrics of the step."""
-    c = trainer.cfg
+def update(policy: Policy, cfg, baseline, batch: Batch, step: int) -> dict:
+    """mu optimiser steps on disjoint minibatches of the batch, then the baseline's own (a value model's);
+    returns the update metrics of the step."""
+    c = cfg
     B = len(batch.correct)
     if B == 0 or not has_signal(c, batch):
         return {"update/skipped": 1}
@@ -30,17 +33,16 @@ def update(trainer, batch: Batch, step: int) -> dict:
     minibatches = [mb.sort().values for mb in torch.randperm(B, generator=gen).chunk(c.mu)]
     # rows with A = 0 add nothing but a denominator share when beta = 0: skip their passes, rescale
     active = active_rows(c, batch)
-    olds, experts = pi_old(trainer, batch, minibatches, active)
-    trainer.model.train()
-    parts = [_minibatch_step(trainer, batch, mb, active, old, experts, step) for mb, old in zip(minibatches, olds)]
+    olds, experts = pi_old(policy, c, batch, minibatches, active)
+    policy.model.train()
+    parts = [_minibatch_step(policy, c, batch, mb, active, old, experts, step) for mb, old in zip(minibatches, olds)]
     names = dict.fromkeys(k for part in parts for k in part)
     out = {k: mean_of(part[k] for part in parts if k in part) for k in names}
-    if trainer.value is not None:  # PPO / VAPO: the value model's steps, on the same minibatches
-        out.update(update_value(trainer, batch, minibatches))
+    out.update(baseline.update(batch, minibatches))  # PPO / VAPO: the value model's steps, on the same minibatches
     return out
 
 
-def pi_old(trainer, batch: Batch, minibatches: list, active: torch.Tensor) -> tuple:
+def pi_old(policy: Policy, cfg, batch: Batch, minibatches: list, active: torch.Tensor) -> tuple:
     """log pi_old for each minibatch, (B, T) or None, and the MoE routing to replay (per layer) or None.
 
     Where the old log-probs come from:
@@ -53,42 +55,42 @@ def pi_old(trainer, batch: Batch, minibatches: list, active: torch.Tensor) -> tu
       rows of the later minibatches get one no-grad pass before the first update (other rows stay 0 and
       are never read).
     """
-    c = trainer.cfg
+    c = cfg
     if c.old_logps == "engine":
-        return [batch.rollout.sample_logps.to(trainer.device)] * len(minibatches), None
-    if c.routing_replay and moe.is_moe(trainer.model):
-        old, experts = _recompute_with_routing(trainer, batch)
+        return [batch.rollout.sample_logps.to(policy.device)] * len(minibatches), None
+    if c.routing_replay and moe.is_moe(policy.model):
+        old, experts = _recompute_with_routing(policy, c, batch)
         return [old] * len(minibatches), experts
     later = torch.cat(minibatches[1:]) if len(minibatches) > 1 else torch.zeros(0, dtype=torch.long)
     rows = later[active[later]].sort().values
-    old = _recompute(trainer, batch, rows) if len(rows) else None
+    old = _recompute(policy, c, batch, rows) if len(rows) else None
     return [None] + [old] * (len(minibatches) - 1), None
 
 
-def _recompute(trainer, batch: Batch, rows: torch.Tensor) -> torch.Tensor:
+def _recompute(policy: Policy, cfg, batch: Batch, rows: torch.Tensor) -> torch.Tensor:
     """No-grad log-probs of `rows` under the current policy, in a (B, T) tensor that is 0 on other rows."""
-    trainer.model.eval()
+    policy.model.eval()
     with torch.inference_mode():
-        part = trainer.logps(batch.rollout, rows, chunk_rows=trainer.cfg.micro_batch_rows)
+        part = policy.logps(batch.rollout, rows, chunk_rows=cfg.micro_batch_rows)
     full = torch.zeros(batch.rollout.completion_ids.shape, device=part.device)
     full[rows] = part
     return full
 
 
-def _recompute_with_routing(trainer, batch: Batch) -> tuple:
+def _recompute_with_routing(policy: Policy, cfg, batch: Batch) -> tuple:
     """No-grad log-probs of every row (B, T), rows kept in order, and each layer's recorded experts."""
     experts: list = []
-    trainer.model.eval()
+    policy.model.eval()
     with torch.inference_mode():
-        with moe.record_routing(trainer.model, experts):
-            lp = trainer.logps(batch.rollout, chunk_rows=trainer.cfg.micro_batch_rows, bucket=False)
-        return lp.clone(), moe.stack_by_layer(experts, len(moe.routers(trainer.model)))
+        with moe.record_routing(policy.model, experts):
+            lp = policy.logps(batch.rollout, chunk_rows=cfg.micro_batch_rows, bucket=False)
+        return lp.clone(), moe.stack_by_layer(experts, len(moe.routers(policy.model)))
 
 
-def _minibatch_step(trainer, batch: Batch, mb: torch.Tensor, active: torch.Tensor, old, experts,
+def _minibatch_step(policy: Policy, cfg, batch: Batch, mb: torch.Tensor, active: torch.Tensor, old, experts,
                     step: int) -> dict:
     """Accumulate gradients over micro-batches of the minibatch's active rows, clip, step; its metrics."""
-    c = trainer.cfg
+    c = cfg
     rows = mb[active[mb]]
     n_tok_all = float(batch.loss_mask[mb].sum())
     n_positive = positive_tokens(batch, mb) if c.positive_lm_weight > 0 else 0.0  # VAPO's LM-loss normaliser
@@ -96,42 +98,41 @@ def _minibatch_step(trainer, batch: Batch, mb: torch.Tensor, active: torch.Tenso
     order = rows[torch.argsort(batch.rollout.lengths[rows], stable=True)] if not experts else rows
     losses, infos = [], []
     for micro in order.split(c.micro_batch_rows) if len(order) else ():
-        loss, info = _micro_step(trainer, batch, micro.sort().values, (len(mb), n_tok_all, n_positive), old, experts,
-                                 step)
+        loss, info = _micro_step(policy, c, batch, micro.sort().values, (len(mb), n_tok_all, n_positive), old,
+                                 experts, step)
         losses.append(loss)
         infos.append(info)
     if not infos:  # every row has A = 0: the same as a zero-gradient step
-        for p in trainer.params:
+        for p in policy.params:
             p.grad = torch.zeros_like(p)
-    gn = torch.nn.utils.clip_grad_norm_(trainer.params, c.max_grad_norm)
+    gn = torch.nn.utils.clip_grad_norm_(policy.params, c.max_grad_norm)
     if not torch.isfinite(gn):
         raise FloatingPointError(f"non-finite gradient norm at step {step}; last good checkpoint kept")
-    trainer.opt.step()
-    trainer.sched.step()
-    trainer.opt.zero_grad(set_to_none=True)
+    policy.step()
     out = {"grad/norm": gn.item(), **_pool(infos, n_tok_all)}
     if losses:
         out["loss/policy"] = sum(losses)  # each micro-batch loss is already its share of the minibatch loss
     return out
 
 
-def _micro_step(trainer, batch: Batch, rows: torch.Tensor, totals: tuple, old, experts, step: int) -> tuple:
+def _micro_step(policy: Policy, cfg, batch: Batch, rows: torch.Tensor, totals: tuple, old, experts,
+                step: int) -> tuple:
     """Forward + backward of one micro-batch, its loss scaled to its share of the minibatch loss; (loss, info).
 
     totals: the minibatch's rows, tokens and correct responses' tokens (the normalisers of the shares)."""
-    c, ro = trainer.cfg, batch.rollout
+    c, ro = cfg, batch.rollout
     n_rows_all, n_tok_all, n_positive = totals
-    replay = (moe.replay_routing(trainer.model, _rows_of(experts, rows, len(batch.correct))) if experts
+    replay = (moe.replay_routing(policy.model, _rows_of(experts, rows, len(batch.correct))) if experts
               else contextlib.nullcontext())
     with replay:
-        lp, ent = trainer.logps(ro, rows, with_entropy=True, chunk_rows=len(rows), bucket=not experts)
+        lp, ent = policy.logps(ro, rows, with_entropy=True, chunk_rows=len(rows), bucket=not experts)
     old_lp = lp.detach() if old is None else old[rows]
-    ref = ref_logps(trainer, batch, rows) if c.loss.beta > 0 else None
-    mask, adv = batch.loss_mask[rows].to(trainer.device), batch.advantages[rows].to(trainer.device)
+    ref = ref_logps(policy, batch, rows) if c.loss.beta > 0 else None
+    mask, adv = batch.loss_mask[rows].to(policy.device), batch.advantages[rows].to(policy.device)
     loss, info = policy_loss(lp, old_lp, adv, mask, c.loss, ref)
     loss = loss * subset_scale(c.loss.aggregation, len(rows), n_rows_all, float(mask.sum()), n_tok_all)
     # VAPO: + mu * NLL of the correct responses (its share of the minibatch's); nothing when mu = 0
-    lm, lm_info = positive_lm_term(c, lp, mask, batch.correct[rows].to(trainer.device), n_positive)
+    lm, lm_info = positive_lm_term(c, lp, mask, batch.correct[rows].to(policy.device), n_positive)
     info.update(lm_info)
     total = loss + lm if lm_info else loss
     if not torch.isfinite(total):
@@ -141,10 +142,10 @@ def _micro_step(trainer, batch: Batch, rows: torch.Tensor, totals: tuple, old, e
     return loss.item(), info
 
 
-def ref_logps(trainer, batch: Batch, rows: torch.Tensor) -> torch.Tensor:
+def ref_logps(policy: Policy, batch: Batch, rows: torch.Tensor) -> torch.Tensor:
     """log pi_ref of `rows`: the base model (LoRA adapters disabled). (b, T)."""
-    with torch.no_grad(), trainer.model.disable_adapter():
-        return trainer.logps(batch.rollout, rows)
+    with torch.no_grad(), policy.model.disable_adapter():
+        return policy.logps(batch.rollout, rows)
 
 
 def _pool(infos: list, n_tokens: float) -> dict:

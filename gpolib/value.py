@@ -46,10 +46,10 @@ def value_loss(values, targets, mask, old_values=None, clip=None, n_tokens=None)
         # V_clip = V_old + clip(V - V_old, -c, c)
         v_clip = old_values + torch.clamp(values - old_values, -clip, clip)  # (B, T)
         err_clip = (v_clip - targets) ** 2
-        info["value_clip_frac"] = float(((err_clip > err).float() * mask).sum() / mask.sum().clamp(min=1))
+        info["value/clip_frac"] = float(((err_clip > err).float() * mask).sum() / mask.sum().clamp(min=1))
         err = torch.maximum(err, err_clip)
     loss = 0.5 * (err * mask).sum() / n
-    info["value_loss"] = loss.item()
+    info["value/loss"] = loss.item()
     return loss, info
 
 
@@ -147,7 +147,7 @@ class ValueModel:
                     loss, _ = value_loss(v, targets[micro].to(dev), c_mask, old_values[micro].to(dev), clip,
                                          n_tok.to(dev))
                     loss.backward()
-                infos.setdefault("value_grad_norm", []).append(self.step()["value_grad_norm"])
+                infos.setdefault("value/grad_norm", []).append(self.step()["value/grad_norm"])
         # the loss after the update is not measured here: the loop reports the pre-update fit (explained variance)
         return {k: sum(v) / len(v) for k, v in infos.items()}
 
@@ -163,7 +163,7 @@ class ValueModel:
         gn = torch.nn.utils.clip_grad_norm_(self.parameters(), self.max_grad_norm)
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
-        return {"value_grad_norm": gn.item()}
+        return {"value/grad_norm": gn.item()}
 
     def state_dict(self) -> dict:
         """A copy (not views of the live tensors): adapter weights, head, optimiser."""
@@ -190,8 +190,8 @@ def _gae(old, ro, rewards, rows, gamma: float, lam_policy: float, lam_critic, al
 def _fit_stats(old, targets, mask) -> dict:
     """The value model's fit to a rollout before its update: loss, explained variance, mean V."""
     loss, _ = value_loss(old, targets, mask)
-    return {"value_loss": loss.item(), "value_explained_var": explained_variance(old, targets, mask),
-            "value_mean": float((old * mask).sum() / mask.sum().clamp(min=1))}
+    return {"value/loss": loss.item(), "value/explained_var": explained_variance(old, targets, mask),
+            "value/mean": float((old * mask).sum() / mask.sum().clamp(min=1))}
 
 
 def token_advantages(vm: ValueModel, ro, rewards, gamma: float, lam_policy: float, lam_critic=None,

@@ -79,9 +79,8 @@ def test_adaptive_k_quartiles_from_the_running_record():
 
 
 def test_adaptive_gfpo_in_collect_keeps_k_per_group_and_records_means():
-    from types import SimpleNamespace
-
     from gpolib import presets
+    from gpolib.baseline import GroupBaseline
     from gpolib.collect import advantages
     from gpolib.rollout import Rollout
 
@@ -95,8 +94,9 @@ def test_adaptive_gfpo_in_collect_keeps_k_per_group_and_records_means():
     ro = Rollout(torch.zeros(G * n, 1, dtype=torch.long), torch.ones(G * n, 1, dtype=torch.long), mask.clone(), mask,
                  torch.zeros(G * n, T), torch.zeros(G * n, dtype=torch.bool), [""] * (G * n),
                  torch.arange(n).repeat_interleave(G))
-    trainer = SimpleNamespace(cfg=cfg, group_means=[0.0] * 8 + [1.0] * 8)  # a record: half all-wrong, half all-correct
-    batch = advantages(trainer, ro, correct, correct.clone(), {})
+    trainer = GroupBaseline(cfg)
+    trainer.group_means = [0.0] * 8 + [1.0] * 8  # a record: half all-wrong, half all-correct
+    batch = advantages(cfg, trainer, ro, correct, correct.clone(), {})
     # record after this batch (20 means): 8 x 0, 1/16, 4/16, 10/16, 15/16, 8 x 1; quartiles (linear) 0 / 7/16 / 1:
     # 1/16, 4/16 <= q50 keep 8; 10/16, 15/16 in (q50, q75] keep 6 (no mean exceeds q75 = 1)
     assert torch.bincount(batch.rollout.prompt_index, minlength=n).tolist() == [8, 8, 6, 6]

@@ -1,12 +1,12 @@
 """Notebook 03's lab (gpolib/lab/dapo.py) and the DAPO pieces it rests on: the budget's truncation share,
 Eq. 13 by hand, per-token weights of the two aggregations, dynamic sampling on a scripted trainer (no
 zero-variance group is trained; the max_gen_batches cap), and the D1-D5 evidence from hand-made runs."""
-from types import SimpleNamespace
 
 import pytest
 import torch
 
 from gpolib import presets
+from gpolib.baseline import GroupBaseline
 from gpolib.collect import collect
 from gpolib.lab import dapo, runs
 from gpolib.rewards import soft_overlong_penalty
@@ -76,13 +76,16 @@ def test_aggregation_weights_match_hand_formulas():
 
 
 class ScriptedTrainer:
-    """`collect`'s trainer with scripted correctness per round: rounds[r] = list of groups of 0/1 (each of G)."""
+    """`collect`'s draw with scripted correctness per round: rounds[r] = list of groups of 0/1 (each of G)."""
 
     def __init__(self, cfg, rounds, lengths=None):
         self.cfg, self.rounds, self.lengths = cfg, rounds, lengths
-        self.tok = SimpleNamespace(pad_token_id=0)
-        self.group_means = []
         self.seen_rounds = []
+
+    def draw(self, step, round_):
+        tasks = self.sample_prompts(step, round_)
+        ro = self.rollout(tasks, self.cfg.group_size)
+        return (ro, *self.score(ro, tasks))
 
     def sample_prompts(self, step, round_):
         self.seen_rounds.append(round_)
@@ -116,7 +119,7 @@ def test_dynamic_sampling_trains_no_zero_variance_group():
     rounds = [[[1, 1], [1, 0], [0, 0]],  # round 0: all-correct, mixed, all-wrong -> 1 informative group
               [[0, 1], [1, 1], [1, 0]]]  # round 1: 2 more -> the batch of 3 groups is full
     tr = ScriptedTrainer(_cfg(), rounds)
-    batch = collect(tr, 0)
+    batch = collect(tr.cfg, 0, tr.draw, 0, GroupBaseline(tr.cfg))
     s = batch.stats
     assert tr.seen_rounds == [0, 1]
     assert (s["gen/batches"], s["gen/samples"], s["groups/kept"]) == (2, 12, 3)
@@ -129,7 +132,7 @@ def test_dynamic_sampling_trains_no_zero_variance_group():
 
 def test_without_dynamic_sampling_zero_variance_groups_are_trained():
     tr = ScriptedTrainer(_cfg(dynamic_sampling=False), [[[1, 1], [1, 0], [0, 0]]])
-    batch = collect(tr, 0)
+    batch = collect(tr.cfg, 0, tr.draw, 0, GroupBaseline(tr.cfg))
     assert (batch.stats["gen/batches"], batch.stats["groups/kept"]) == (1, 3)
     assert batch.stats["groups/zero_var_trained"] == pytest.approx(2 / 3)
     assert batch.advantages.view(3, 2)[[0, 2]].abs().max() == 0  # they carry no gradient
@@ -138,7 +141,7 @@ def test_without_dynamic_sampling_zero_variance_groups_are_trained():
 def test_dynamic_sampling_stops_at_max_gen_batches_with_a_smaller_batch():
     rounds = [[[1, 1], [1, 0], [0, 0]]] * 2  # one informative group per round
     tr = ScriptedTrainer(_cfg(max_gen_batches=2), rounds)
-    batch = collect(tr, 0)
+    batch = collect(tr.cfg, 0, tr.draw, 0, GroupBaseline(tr.cfg))
     assert (batch.stats["gen/batches"], batch.stats["gen/samples"], batch.stats["groups/kept"]) == (2, 12, 2)
     assert len(batch.rewards) == 4 and batch.stats["groups/zero_var_trained"] == 0.0
 
@@ -147,7 +150,7 @@ def test_under_shaping_equally_correct_answers_of_different_lengths_are_informat
     # L_max 16, L_cache 8: a 15-token answer gets (8 - 15) / 8 = -0.875, a 4-token one 0
     cfg = _cfg(overlong="shaping", overlong_cache=8, max_gen_batches=1)
     tr = ScriptedTrainer(cfg, [[[1, 1], [1, 1], [0, 0]]], lengths=[[4, 15, 4, 4, 4, 4]])
-    batch = collect(tr, 0)
+    batch = collect(tr.cfg, 0, tr.draw, 0, GroupBaseline(tr.cfg))
     assert batch.stats["groups/kept"] == 1 and batch.rewards.tolist() == pytest.approx([1.0, 0.125])
     assert batch.stats["groups/all_correct"] == pytest.approx(2 / 3)  # by correctness
     assert batch.stats["groups/zero_var"] == pytest.approx(2 / 3)  # by shaped reward: the 2nd and 3rd group

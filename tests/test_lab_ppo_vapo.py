@@ -185,11 +185,14 @@ def test_v2_evidence_and_tables():
 
 
 def test_pretrain_curves():
-    pre = [{"step": i, "value_loss": 1.0 / (i + 1), "value_explained_var": 0.1 * i} for i in range(3)]
+    pre = [{"step": i, "value_loss": 1.0 / (i + 1), "value_explained_var": 0.1 * i} for i in range(3)]  # legacy
     df = lb.pretrain_curves({"vapo/seed0": _summary(0.5, pre=pre), "grpo/seed0": _summary(0.5)})
     assert df["run"].unique().tolist() == ["vapo/seed0"]
     assert df["value/loss"].tolist() == pytest.approx([1.0, 0.5, 1 / 3])
     assert lb.pretrain_curves({"grpo/seed0": _summary(0.5)}).empty
+    new = [{"step": i, "value/loss": 2.0 / (i + 1), "value/explained_var": 0.2 * i} for i in range(2)]
+    df = lb.pretrain_curves({"vapo/seed1": _summary(0.5, pre=new)})  # the names since the unification
+    assert df["value/loss"].tolist() == [2.0, 1.0] and df["value/explained_var"].tolist() == [0.0, 0.2]
 
 
 # ---------------------------------------------------------------- credit assignment

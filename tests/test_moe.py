@@ -230,9 +230,10 @@ def test_engine_logps_are_pi_old_and_a_bf16_engine_disagrees(shipped_moe):
         per_row = (ro.sample_logps - trainer_lp).abs().sum(1) / ro.completion_mask.sum(1)
         assert (sequence_mismatch(ro.sample_logps, trainer_lp, ro.completion_mask) <= per_row + 1e-9).all()
         B = len(ro.texts)
-        fake = SimpleNamespace(cfg=presets.get("gspo", old_logps="engine", mu=2), device="cpu", model=model)
+        fake = SimpleNamespace(device="cpu", model=model)  # a Policy's fields that pi_old reads
         b = Batch(ro, torch.zeros(B), torch.zeros(B), torch.ones(B), ro.completion_mask.float(), {})
-        olds, experts = pi_old(fake, b, list(torch.arange(B).chunk(2)), torch.ones(B, dtype=torch.bool))
+        olds, experts = pi_old(fake, presets.get("gspo", old_logps="engine", mu=2), b, list(torch.arange(B).chunk(2)),
+                               torch.ones(B, dtype=torch.bool))
         assert experts is None and len(olds) == 2 and all(torch.equal(o, ro.sample_logps) for o in olds)
     assert stats[None]["token_mismatch"] < 1e-4  # fp32 engine = trainer up to summation order
     # bf16 keeps 8 significant bits (unit roundoff 2^-9 = 2e-3 per operation): a mean |log ratio| of a few 1e-4 or

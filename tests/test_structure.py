@@ -77,6 +77,25 @@ def test_the_engine_is_imported_through_its_entry_point_only():
     assert {"gpolib.rollout", "gpolib.train"} <= users  # the loop does sample through it
 
 
+PHASES = ("collect", "update", "value_loop", "baseline", "policy")
+"""the modules of a step's phases and the types they take"""
+
+
+def test_no_phase_takes_the_trainer():
+    """Every function of the phase modules names what it reads: no parameter called `trainer`, and none of them
+    imports gpolib.train (the phases cannot reach the trainer at all)."""
+    mods = _modules()
+    found = []
+    for name in PHASES:
+        f = PKG / f"{name}.py"
+        for n in ast.walk(ast.parse(f.read_text())):
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                found += [f"{name}.{n.name}({a.arg})" for a in n.args.args + n.args.kwonlyargs if a.arg == "trainer"]
+        assert "gpolib.train" not in _imports(f"gpolib.{name}", f, mods), name
+    assert found == []
+    assert len(PHASES) == 5 and all((PKG / f"{m}.py").exists() for m in PHASES)
+
+
 def _environ_writes(tree) -> list:
     """Lines that write os.environ: item assignment or deletion, or a mutating method / os.putenv / os.unsetenv."""
     is_environ = lambda n: isinstance(n, ast.Attribute) and n.attr == "environ"  # noqa: E731

@@ -14,7 +14,7 @@ def test_value_loss_hand_numbers():
     v, r, m = torch.tensor([[1.0, 2.0, 5.0]]), torch.zeros(1, 3), torch.tensor([[1, 1, 0]])
     loss, info = value_loss(v, r, m)
     assert loss.item() == pytest.approx(0.5 * (1 + 4) / 2)  # 1.25; the padded 5.0 is ignored
-    assert info["value_loss"] == pytest.approx(1.25)
+    assert info["value/loss"] == pytest.approx(1.25)
 
 
 def test_clipped_value_loss_hand_numbers():
@@ -22,7 +22,7 @@ def test_clipped_value_loss_hand_numbers():
     v, old, r, m = torch.tensor([[1.0, 3.0]]), torch.tensor([[0.0, 2.5]]), torch.tensor([[2.0, 2.0]]), torch.ones(1, 2)
     loss, info = value_loss(v, r, m, old, clip=0.2)
     assert loss.item() == pytest.approx(0.5 * (3.24 + 1.0) / 2)  # 1.06
-    assert info["value_clip_frac"] == 0.5
+    assert info["value/clip_frac"] == 0.5
 
 
 def test_value_loss_gradient():
@@ -123,10 +123,10 @@ def test_value_model_fits_a_fixed_target(policy):
     scores = torch.tensor([1.0, 0, 1, 0, 0, 1, 1, 0])
     vm = ValueModel(policy, lr=3e-3)
     log = pretrain(vm, lambda i: (ro, scores), steps=20)
-    assert log[0]["value_loss"] == pytest.approx(0.5 * float((scores.unsqueeze(1) ** 2 * ro.completion_mask).sum()
+    assert log[0]["value/loss"] == pytest.approx(0.5 * float((scores.unsqueeze(1) ** 2 * ro.completion_mask).sum()
                                                         / ro.completion_mask.sum()))  # V = 0 at the start
-    assert log[-1]["value_loss"] < 0.1 * log[0]["value_loss"]
-    assert log[-1]["value_explained_var"] > 0.8
+    assert log[-1]["value/loss"] < 0.1 * log[0]["value/loss"]
+    assert log[-1]["value/explained_var"] > 0.8
 
 
 def test_token_advantages_vapo_and_ppo(policy):
@@ -145,7 +145,7 @@ def test_token_advantages_vapo_and_ppo(policy):
     lam = 1 - 1 / (0.05 * mask.sum(1).float())  # lengths 1..7 -> negative: clamped to 0 (one-step TD)
     torch.testing.assert_close(length_adaptive_lambda(mask.sum(1), 0.05), lam.clamp(0, 1))
     torch.testing.assert_close(adv, gae(r_tok, old, mask, 1.0, lam.clamp(0, 1))[0])
-    assert stats["value_loss"] == pytest.approx(value_loss(old, target, mask)[0].item())
+    assert stats["value/loss"] == pytest.approx(value_loss(old, target, mask)[0].item())
     adv_p, target_p, _, _ = token_advantages(vm, ro, rewards, 1.0, 0.95)
     ref_adv, ref_ret = gae(r_tok, old, mask, 1.0, 0.95)
     torch.testing.assert_close(adv_p, ref_adv)

@@ -7,8 +7,7 @@ from gpolib.metrics import Mean
 from gpolib.objectives import gae, terminal_rewards
 from gpolib.train import Trainer
 from gpolib.value import positive_lm_loss
-from gpolib.value_loop import (active_rows, gae_batch, has_signal, positive_lm_term, positive_tokens,
-                               pretrain_value, update_value)
+from gpolib.value_loop import active_rows, has_signal, positive_lm_term, positive_tokens
 
 
 def _gae_cfg(tiny_cfg, **kw):
@@ -23,13 +22,13 @@ def _scored(tr, step=0):
     return ro, correct, rewards
 
 
-def test_gae_batch_has_token_advantages_and_monte_carlo_targets(tiny_cfg):
+def test_value_baseline_has_token_advantages_and_monte_carlo_targets(tiny_cfg):
     tr = Trainer(_gae_cfg(tiny_cfg, lambda_critic=1.0))
     assert tr.value is not None and Trainer(tiny_cfg("grpo")).value is None  # built by the Trainer for 'gae' only
     torch.nn.init.normal_(tr.value.head.weight, std=0.1)
     ro, correct, rewards = _scored(tr)
     mask = ro.completion_mask.float()
-    b = gae_batch(tr, ro, correct, rewards, mask, {})
+    b = tr.baseline.advantages(ro, correct, rewards, mask, {})
     assert b.advantages.shape == ro.completion_ids.shape
     torch.testing.assert_close(b.value_targets, rewards.unsqueeze(1) * mask)  # gamma = lambda_critic = 1
     ref, _ = gae(terminal_rewards(rewards, mask), b.old_values, mask, 1.0, 0.95)
@@ -80,13 +79,13 @@ def test_positive_lm_micro_batches_add_up_to_the_minibatch_loss():
     assert isinstance(pooled, Mean) and pooled.value == pytest.approx(full.item())
 
 
-def test_update_value_moves_the_value_model_only(tiny_cfg):
+def test_value_baseline_update_moves_the_value_model_only(tiny_cfg):
     tr = Trainer(_gae_cfg(tiny_cfg))
     policy = {n: p.detach().clone() for n, p in tr.model.named_parameters() if p.requires_grad}
     ro, correct, rewards = _scored(tr)
-    b = gae_batch(tr, ro, correct, rewards, ro.completion_mask.float(), {})
+    b = tr.baseline.advantages(ro, correct, rewards, ro.completion_mask.float(), {})
     head = tr.value.head.weight.detach().clone()
-    out = update_value(tr, b, [torch.arange(len(correct))])
+    out = tr.baseline.update(b, [torch.arange(len(correct))])
     assert out["value/grad_norm"] > 0 and out["time/value_s"] > 0
     assert not torch.equal(head, tr.value.head.weight)
     named = dict(tr.model.named_parameters())
@@ -97,9 +96,9 @@ def test_update_value_moves_the_value_model_only(tiny_cfg):
 def test_pretraining_does_not_change_the_policy_or_its_samples(tiny_cfg):
     """Same seed with and without value pre-training: the same policy weights and the same step-0 rollout."""
     with_value = Trainer(_gae_cfg(tiny_cfg, value_pretrain_steps=2))
-    log = pretrain_value(with_value)
+    log = with_value.baseline.pretrain(with_value.draw)
     assert [row["step"] for row in log] == [0, 1] and all(row["gen/samples"] == 16 for row in log)
-    assert all(row["value_loss"] >= 0 for row in log)
+    assert all(row["value/loss"] >= 0 for row in log)
     plain = Trainer(tiny_cfg("grpo"))
     named = dict(with_value.model.named_parameters())
     assert all(torch.equal(p, named[n]) for n, p in plain.model.named_parameters() if p.requires_grad)
@@ -119,7 +118,7 @@ def test_two_steps_move_policy_and_value_with_finite_metrics(name, tiny_cfg):
     tr = Trainer(tiny_cfg(name))
     policy0 = {n: p.detach().clone() for n, p in tr.model.named_parameters() if p.requires_grad}
     value0 = [p.detach().clone() for p in tr.value.parameters()]
-    pre = pretrain_value(tr)
+    pre = tr.baseline.pretrain(tr.draw)
     assert len(pre) == (2 if name == "vapo" else 0)
     rows = [train_step(tr, s) for s in range(2)]
     named = dict(tr.model.named_parameters())
@@ -167,7 +166,7 @@ def test_one_forward_for_v_old_and_the_value_gradients_changes_nothing(name, ext
     def run(fused: bool):
         monkeypatch.setattr(value, "FUSED_FIRST_PASS", fused)
         tr = Trainer(tiny_cfg(name, micro_batch_rows=4, **extra))
-        pre = pretrain_value(tr)
+        pre = tr.baseline.pretrain(tr.draw)
         rows = [_stable(train_step(tr, s)) for s in range(2)]
         return pre, rows, copy.deepcopy(tr.model.state_dict()), copy.deepcopy(tr.value.head.state_dict())
 

@@ -24,7 +24,8 @@ def build_gpolib(model: str, mu: int, device: str, max_new: int = MAX_NEW):
 class PhaseTimers:
     """Timers around the phases of gpolib's real `train_step`: seconds go to out[phase], positions to out['pos_*'].
 
-    Wrapped while the block runs: the trainer's rollout / score / logps / optimizer step (instance attributes),
+    Wrapped while the block runs: the trainer's rollout / score, its policy's logps, the optimizer step (instance
+    attributes),
     `update.pi_old` and `update.policy_loss` (module attributes) and torch's `clip_grad_norm_`. Backward time
     is the time from the end of a loss to the next forward or the clip.
     """
@@ -87,18 +88,19 @@ class PhaseTimers:
 
     def __enter__(self) -> dict:
         tr = self.trainer
-        self.orig = {"rollout": tr.rollout, "score": tr.score, "logps": tr.logps, "opt_step": tr.opt.step,
+        self.orig = {"rollout": tr.rollout, "score": tr.score, "logps": tr.policy.logps, "opt_step": tr.opt.step,
                      "pi_old": U.pi_old, "policy_loss": U.policy_loss, "clip": torch.nn.utils.clip_grad_norm_}
         tr.rollout, tr.score = self.timed("rollout", self.orig["rollout"]), self.timed("reward", self.orig["score"])
-        tr.logps, tr.opt.step = self._logps, self.timed("optimizer", self.orig["opt_step"])
+        tr.policy.logps, tr.opt.step = self._logps, self.timed("optimizer", self.orig["opt_step"])
         U.pi_old, U.policy_loss, torch.nn.utils.clip_grad_norm_ = self._pi_old, self._policy_loss, self._clip
         self.hook = tr.model.register_forward_pre_hook(self._count_positions, with_kwargs=True)
         return self.out
 
     def __exit__(self, *exc) -> None:
         self.hook.remove()
-        for name in ("rollout", "score", "logps"):
+        for name in ("rollout", "score"):
             delattr(self.trainer, name)  # back to the class methods
+        delattr(self.trainer.policy, "logps")
         self.trainer.opt.step = self.orig["opt_step"]  # the LR scheduler's own instance-level wrapper
         U.pi_old, U.policy_loss = self.orig["pi_old"], self.orig["policy_loss"]
         torch.nn.utils.clip_grad_norm_ = self.orig["clip"]

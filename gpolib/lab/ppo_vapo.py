@@ -249,10 +249,16 @@ def value_curves(metrics: dict) -> dict:
     return {name: m for name, m in metrics.items() if any(r.get("value/loss") is not None for r in m)}
 
 
+def _legacy(row: dict, name: str):
+    """A value metric of a pre-training row by its name; runs recorded before the metric names were unified
+    wrote value_loss, value_explained_var for value/loss, value/explained_var."""
+    return row.get(name, row.get(name.replace("/", "_")))
+
+
 def pretrain_curves(summaries: dict) -> pd.DataFrame:
     """VAPO Value-Pretraining of each run with one: long frame (run, step, value/loss, value/explained_var)."""
-    rows = [{"run": name, "step": r["step"], "value/loss": r.get("value_loss"),
-             "value/explained_var": r.get("value_explained_var")}
+    rows = [{"run": name, "step": r["step"], "value/loss": _legacy(r, "value/loss"),
+             "value/explained_var": _legacy(r, "value/explained_var")}
             for name, s in summaries.items() for r in s.get("value_pretrain", [])]
     return pd.DataFrame(rows, columns=["run", "step", "value/loss", "value/explained_var"])
 

@@ -1,0 +1,41 @@
+"""What the update phase trains: the policy model with its trainable parameters, optimiser and schedule.
+
+`Trainer` builds one `Policy` and hands it to `update.update`; a phase reads only this object and the config,
+never the trainer (a test can build both by hand, see tests/test_phases.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .logprobs import completion_logps
+from .rollout import Rollout
+
+
+@dataclass
+class Policy:
+    """The policy as the update sees it; log-probs are those of the tempered sampling distribution."""
+
+    model: torch.nn.Module
+    """the causal LM with its LoRA adapter (and trainable router, when asked)"""
+    params: list
+    """its trainable parameters, the optimiser's and the gradient clip's"""
+    opt: torch.optim.Optimizer
+    sched: torch.optim.lr_scheduler.LRScheduler
+    device: str
+    temperature: float
+    """the rollout temperature: log pi = log softmax(logits / temperature)"""
+
+    def logps(self, ro: Rollout, rows=slice(None), with_entropy: bool = False, chunk_rows: int = 64,
+              bucket: bool = True):
+        """log pi_theta of the completion tokens of `rows` (with grad), (b, T) [, entropy (b, T)]."""
+        return completion_logps(self.model, ro.prompt_ids[rows].to(self.device), ro.prompt_mask[rows].to(self.device),
+                                ro.completion_ids[rows].to(self.device), ro.completion_mask[rows].to(self.device),
+                                self.temperature, chunk_rows=chunk_rows, with_entropy=with_entropy, bucket=bucket)
+
+    def step(self) -> None:
+        """One optimiser and schedule step, gradients cleared."""
+        self.opt.step()
+        self.sched.step()
+        self.opt.zero_grad(set_to_none=True)
