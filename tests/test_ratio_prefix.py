@@ -96,3 +96,9 @@ def test_verdict_s1_words_from_within_evidence():
     assert ratio_decay.verdict_s1(grows).word == stats.PARTLY  # V(L) grows, but so does the geometric mean's spread
     neither = {**old, "within": {str(s): _summary(-1e-3, -2e-3, -5e-4, drop=-1e-5) for s in range(3)}}
     assert ratio_decay.verdict_s1(neither).word == stats.NOT
+
+
+def test_band_length():
+    # V(L) = 4e-4 L reaches (log 2)^2 = 0.480453 at L = 1201.1; no growth never reaches it
+    assert rp.band_length(4e-4) == pytest.approx(0.4804530139182014 / 4e-4)
+    assert rp.band_length(0.0) == float("inf") and rp.band_length(-1e-3) == float("inf")

@@ -137,6 +137,13 @@ def compounding_length(per_token: float = 0.99, band=BAND) -> int:
         math.log(band[1]) / math.log(per_token))
 
 
+def band_length(v_slope: float, band=BAND) -> float:
+    """The prefix length at which a spread growing as V(L) = v_slope * L reaches (log band[1])^2, i.e. where the
+    prefix product's log has a standard deviation of log 2 (a third of such products outside [1/2, 2]); inf
+    when the spread does not grow."""
+    return math.log(band[1]) ** 2 / v_slope if v_slope > 0 else math.inf
+
+
 def seed_summary(tok: dict, min_len: int = MIN_LEN, n_boot: int = N_BOOT) -> dict:
     """One run's S1 numbers: responses followed, V(L) and V_geo(L), the bootstrap slope, the leave shares."""
     S, step, prompt = prefix_sums(tok, min_len)
