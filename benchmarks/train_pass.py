@@ -39,7 +39,7 @@ from gpolib.train import Trainer  # noqa: E402
 def forward_backward(trainer: Trainer, model, ro, rows: int) -> tuple:
     """sum of the completion log-probs of `ro` under `model` in micro-batches of `rows`, backward
     -> (logps (B, T), LoRA grads flattened)."""
-    trainer.model = model
+    trainer.policy.model = model  # the model the trainer's log-probs use
     trainer.opt.zero_grad(set_to_none=True)
     lp, _ent = trainer.logps(ro, with_entropy=True, chunk_rows=rows)
     lp.sum().backward()

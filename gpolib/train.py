@@ -50,41 +50,38 @@ class Trainer:
 
         self.cfg = cfg
         torch.manual_seed(cfg.seed)
-        self.device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device
+        device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device
         # data first: a bad task file fails before the model is loaded
         self.train_tasks = load_tasks(cfg.task_train)
         self.eval_tasks = load_tasks(cfg.task_eval)[: cfg.eval_prompts]
         if len(self.train_tasks) < cfg.prompts_per_step:
             raise ConfigError(f"prompts_per_step={cfg.prompts_per_step} is invalid; allowed: <= the "
                               f"{len(self.train_tasks)} prompts of {cfg.task_train}")
-        checkpointing = self.device.startswith("cuda") if cfg.gradient_checkpointing is None else cfg.gradient_checkpointing
-        self.model, self.tok = load_policy(cfg.model, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha, device=self.device,
-                                           dtype=cfg.dtype, gradient_checkpointing=checkpointing,
-                                           train_router=cfg.train_router)
+        checkpointing = device.startswith("cuda") if cfg.gradient_checkpointing is None else cfg.gradient_checkpointing
+        model, self.tok = load_policy(cfg.model, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha, device=device,
+                                      dtype=cfg.dtype, gradient_checkpointing=checkpointing, train_router=cfg.train_router)
         for path in (cfg.task_train, cfg.task_eval):  # a character the tokenizer lacks would train on <unk>
             check_vocabulary(path, self.tok)
-        check_fits(cfg, self.model)
+        check_fits(cfg, model)
         self.engine = _vllm_engine(cfg) if cfg.backend == "vllm" else None
-        self.params = [p for p in self.model.parameters() if p.requires_grad]
-        self.opt = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        params = [p for p in model.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
         warm = cfg.warmup_steps
-        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / (warm + 1)))
-        self.policy = Policy(self.model, self.params, self.opt, self.sched, self.device, cfg.temperature)
-        self.baseline = make_baseline(cfg, self.model)  # a value model for PPO / VAPO, the group's otherwise
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / (warm + 1)))
+        self.policy = Policy(model, params, opt, sched, device, cfg.temperature)
+        self.baseline = make_baseline(cfg, model)  # a value model for PPO / VAPO, the group's otherwise
+
+    # the policy's parts, held once (in `self.policy`, which the update phase trains)
+    model = property(lambda self: self.policy.model, doc="the causal LM with its LoRA adapter")
+    params = property(lambda self: self.policy.params, doc="its trainable parameters")
+    opt = property(lambda self: self.policy.opt, doc="the policy's AdamW")
+    sched = property(lambda self: self.policy.sched, doc="its learning-rate schedule")
+    device = property(lambda self: self.policy.device, doc="where the policy runs")
 
     @property
     def value(self):
         """The value model (PPO / VAPO: advantage_estimator='gae'), else None."""
         return self.baseline.value
-
-    @property
-    def group_means(self) -> list:
-        """GFPO adaptive k's running record of group mean rewards (`baseline.GroupBaseline`)."""
-        return self.baseline.group_means
-
-    @group_means.setter
-    def group_means(self, means: list) -> None:
-        self.baseline.group_means = means
 
     # -- the phases of a step -------------------------------------------------------
     def collect(self, step: int) -> Batch:

@@ -94,13 +94,13 @@ def test_adaptive_gfpo_in_collect_keeps_k_per_group_and_records_means():
     ro = Rollout(torch.zeros(G * n, 1, dtype=torch.long), torch.ones(G * n, 1, dtype=torch.long), mask.clone(), mask,
                  torch.zeros(G * n, T), torch.zeros(G * n, dtype=torch.bool), [""] * (G * n),
                  torch.arange(n).repeat_interleave(G))
-    trainer = GroupBaseline(cfg)
-    trainer.group_means = [0.0] * 8 + [1.0] * 8  # a record: half all-wrong, half all-correct
-    batch = advantages(cfg, trainer, ro, correct, correct.clone(), {})
+    baseline = GroupBaseline(cfg)
+    baseline.group_means = [0.0] * 8 + [1.0] * 8  # a record: half all-wrong, half all-correct
+    batch = advantages(cfg, baseline, ro, correct, correct.clone(), {})
     # record after this batch (20 means): 8 x 0, 1/16, 4/16, 10/16, 15/16, 8 x 1; quartiles (linear) 0 / 7/16 / 1:
     # 1/16, 4/16 <= q50 keep 8; 10/16, 15/16 in (q50, q75] keep 6 (no mean exceeds q75 = 1)
     assert torch.bincount(batch.rollout.prompt_index, minlength=n).tolist() == [8, 8, 6, 6]
-    assert trainer.group_means[-4:] == pytest.approx([c / G for c in correct_per_group])
-    assert len(trainer.group_means) == 20
+    assert baseline.group_means[-4:] == pytest.approx([c / G for c in correct_per_group])
+    assert len(baseline.group_means) == 20
     # the kept rows of each group are its shortest (lengths rise with the row index inside a group)
     assert batch.rollout.lengths.tolist() == [*range(1, 9), *range(17, 25), *range(33, 39), *range(49, 55)]
