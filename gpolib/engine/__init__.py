@@ -12,6 +12,7 @@ whole, by name, to the bottom of the engine. Where the work happens:
   step_kernel.py       a whole dense float32 decode step in one C++ call
   attention_kernel.py  a decode step's attention in one C++ call per layer
   native.py            builds and loads kernels/*.cpp; the kernel setting (`KERNELS`, `kernels_setting`)
+  kernel_choice.py     the default kernels: whichever ran fastest on this CPU, timed once per machine
   vllm_backend.py      vLLM's `LLM.generate` with the policy as a LoRA adapter (`PolicyEngine`, `vllm_sample`)
 The loop (`gpolib.rollout`, `gpolib.train`) imports this package only, never its modules.
 """

@@ -10,7 +10,8 @@ library is None (one warning) and the decoder keeps its torch path.
 Which kernels a decoder uses is an argument (`Decoder(kernels=...)`, `SampleSpec.kernels`: one of KERNELS); its
 default is the process's setting, read once from the environment by `kernels_setting` and never written:
 GPOLIB_DECODE_KERNEL=0 turns both kernels off ('none'), GPOLIB_STEP_KERNEL=0 the whole-step kernel alone
-('attention'), e.g. to compare the paths.
+('attention'), e.g. to compare the paths. The sampling engine's default (`SampleSpec(kernels=None)`) is the
+machine's measured choice where neither variable is set (`kernel_choice.default`).
 """
 from __future__ import annotations
 
@@ -51,6 +52,12 @@ def kernels_setting() -> str:
     """The process's default kernels (one of KERNELS), read once: 'none' when GPOLIB_DECODE_KERNEL is 0 / false /
     no / off, else 'attention' when GPOLIB_STEP_KERNEL is, else 'all'."""
     return "none" if _off(DECODE_ENV) else "attention" if _off(STEP_ENV) else "all"
+
+
+def forced() -> bool:
+    """Whether GPOLIB_DECODE_KERNEL or GPOLIB_STEP_KERNEL is set: the kernels then follow `kernels_setting`, not the
+    machine's measured choice (`kernel_choice.default`)."""
+    return DECODE_ENV in os.environ or STEP_ENV in os.environ
 
 
 def resolve(kernels: str | None) -> str:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import native
+from . import kernel_choice
 
 ENGINES = ("auto", "decoder", "hf")
 """'decoder': `decoder.Decoder`, the Qwen3 / Qwen3-MoE / Qwen2 layers re-written for decoding (raises
@@ -33,9 +33,10 @@ class SampleSpec:
     plan: tuple | None = None
     """(row shards, torch threads) of the decoder on the CPU; None: the planner's (`plan.Planner`)"""
     kernels: str | None = None
-    """the decoder's C++ kernels, one of `native.KERNELS`; None: the process's setting (`native.kernels_setting`)"""
+    """the decoder's C++ kernels, one of `native.KERNELS`; None: the process's setting where the environment sets
+    one (`native.kernels_setting`), else the fastest measured on this machine (`kernel_choice.default`)"""
 
     def __post_init__(self):
         if self.engine not in ENGINES:
             raise ValueError(f"engine={self.engine!r} is invalid; allowed: {' | '.join(ENGINES)}")
-        object.__setattr__(self, "kernels", native.resolve(self.kernels))
+        object.__setattr__(self, "kernels", kernel_choice.resolve(self.kernels))
