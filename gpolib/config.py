@@ -178,6 +178,9 @@ class TrainConfig:
     The default equals the former `seed + 12345` at seed 0, so runs of seed 0 evaluate as before."""
     checkpoint_every: int = 10
     """checkpoint every N steps (LoRA adapter, optimiser, RNG, metrics)."""
+    adapter_steps: tuple = ()
+    """also keep the LoRA adapter after these steps (ints), or these shares of `steps` (floats in (0, 1)), in
+    adapter/step-<n>/ (e.g. a fixed-panel evaluation half-way); not part of the run's identity (NOT_IDENTITY)."""
     report_to: str = "none"
     """where each step's metrics also go: 'none' (metrics.jsonl only) or 'tensorboard' (scalars under
     <out_dir>/tensorboard/, gpolib/reporting.py); not part of the run's identity (NOT_IDENTITY)."""
@@ -187,6 +190,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.loss, LossConfig):
             fail("loss", self.loss, "a LossConfig")
+        if isinstance(self.adapter_steps, list):  # a JSON list reads back as the tuple it was
+            object.__setattr__(self, "adapter_steps", tuple(self.adapter_steps))
         check_fields(self)
         check_relations(self)
         check_value_fields(self)
@@ -279,9 +284,9 @@ def _defaults(cls) -> dict:
     return out
 
 
-NOT_IDENTITY = ("report_to", "micro_batch_rows")
-"""fields that change where a run's results are shown or how its update is chunked (memory, speed), not what
-it computes: left out of its identity"""
+NOT_IDENTITY = ("report_to", "micro_batch_rows", "adapter_steps")
+"""fields that change where a run's results are shown, how its update is chunked (memory, speed) or which adapters
+it keeps, not what it computes: left out of its identity"""
 
 
 def _non_default(d: dict, cls) -> dict:

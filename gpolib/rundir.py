@@ -138,14 +138,15 @@ class RunDir:
         runlog.note("start", self.path, f"0/{self.cfg.steps}")
         return False
 
-    def save_adapter(self, model) -> None:
-        """`model.save_pretrained` into adapter/, naming the base model as configured (`cfg.model`).
+    def save_adapter(self, model, sub: str = "") -> None:
+        """`model.save_pretrained` into adapter/ (or its subfolder `sub`, e.g. "step-50" for an adapter kept
+        before the end), naming the base model as configured (`cfg.model`).
 
         peft writes the resolved local path into adapter_config.json and the adapter's README, one pair per
         adapter (a second adapter, e.g. the value model's, in its own subfolder); a committed run must not carry
         this machine's absolute path, and the configured name loads from any checkout.
         """
-        out = self.path / "adapter"
+        out = self.path / "adapter" / sub
         model.save_pretrained(str(out))
         for cfg_file in sorted(out.rglob("adapter_config.json")):
             meta = json.loads(cfg_file.read_text())

@@ -191,6 +191,13 @@ def train_step(trainer: Trainer, step: int) -> dict:
             "tokens_per_s": batch.stats["gen/tokens"] / max(t2 - t0, 1e-9)}
 
 
+def adapter_save_steps(cfg: TrainConfig) -> set:
+    """The steps after which the run keeps its adapter before the end (`cfg.adapter_steps`; a share f of the steps
+    is step round(f * steps), kept within 1..steps - 1; none for a one-step run)."""
+    out = {n if isinstance(n, int) else round(n * cfg.steps) for n in cfg.adapter_steps}
+    return {min(max(n, 1), cfg.steps - 1) for n in out} if cfg.steps > 1 else set()
+
+
 def train(cfg: TrainConfig, out_dir, progress: bool = True) -> list:
     """Run (or resume, or reuse) an RL run; returns the per-step metric dicts (also in out_dir/metrics.jsonl)."""
     run = RunDir(out_dir, cfg)
@@ -228,6 +235,8 @@ def _train_locked(cfg: TrainConfig, run: RunDir, progress: bool) -> list:
         if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 < cfg.steps:
             evals.append(trainer.evaluate(step + 1))
         bar.set_postfix(acc=f"{row['acc/mean']:.2f}", len=f"{row['len/mean']:.0f}")
+        if step + 1 in adapter_save_steps(cfg) and cfg.lora_r > 0:
+            run.save_adapter(trainer.model, f"step-{step + 1}")
         if (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
             ckpt = {"trainer": trainer.state_dict(), "metrics": metrics, "evals": evals, "step": step + 1,
                     "wall_s": wall + time.perf_counter() - t_start, "value_pretrain": pretrain}

@@ -87,6 +87,18 @@ def check_fields(cfg) -> None:
     positive("top_p", cfg.top_p, 0)
     if cfg.top_p > 1:
         fail("top_p", cfg.top_p, "0 < top_p <= 1")
+    _check_adapter_steps(cfg)
+
+
+def _check_adapter_steps(cfg) -> None:
+    """adapter_steps: a tuple of steps before the last (ints) or of shares of the run's steps (floats in (0, 1))."""
+    def ok(n) -> bool:
+        if isinstance(n, float):
+            return 0 < n < 1
+        return isinstance(n, int) and not isinstance(n, bool) and 1 <= n < cfg.steps
+    if not isinstance(cfg.adapter_steps, tuple) or not all(map(ok, cfg.adapter_steps)):
+        fail("adapter_steps", cfg.adapter_steps, f"a tuple of steps 1..{cfg.steps - 1} (ints) or of shares of steps "
+             "in (0, 1) (floats)")
 
 
 def _check_vllm(cfg) -> None:

@@ -235,6 +235,11 @@ MORE_BAD_VALUES = [
     "vllm_sleep=maybe",
     "eval_every=1.5",
     "eval_samples=-1",
+    "adapter_steps=50",
+    "adapter_steps=(0,)",
+    "adapter_steps=(1.5,)",
+    "adapter_steps=(100000,)",
+    "adapter_steps=(True,)",
 ]
 """one more bad value per field and rule (range, type, choice, path); each message names FIELD=VALUE"""
 

@@ -21,8 +21,9 @@ RULES = {"G1": G1_RULE}
 """claim id -> the rule that judges it and writes its criterion"""
 
 
-ARMS = {"grpo": {"preset": "grpo"}}
-"""G1's one arm: GRPO with the defaults (notebooks 06 and 07 reuse these runs as their baseline)"""
+ARMS = {"grpo": {"preset": "grpo", "adapter_steps": (0.5,)}}
+"""G1's one arm: GRPO with the defaults (notebooks 05, 06 and 07 reuse these runs as their baseline); the adapter
+half-way is kept (not part of the run's identity) for D2's fixed panel at steps 0, 50 and 100 (`lab.panel`)"""
 
 
 def advantage_table(rewards: torch.Tensor, group_size: int) -> pd.DataFrame:
