@@ -278,6 +278,10 @@ def verdict_d2(e: dict) -> stats.Verdict:
     note = (stats.describe(stats.mean_interval(batch), D2_BATCH) + "; generation batches per step with dynamic "
             f"sampling {stats.seed_mean(e['gen_batches_per_step'], '.2f')}")
     if "panel_rise" in e:
+        note = note if "panel_first" not in e else (f"panel at steps {e['panel_steps']}: all-correct share {stats.seed_mean(e['panel_first'])} -> "
+                f"{stats.seed_mean(e['panel_last'])}, accuracy rise {stats.seed_mean(e['panel_acc_rise'])}, rise "
+                f"predicted from per-prompt accuracy (mean p^8) {stats.seed_mean(e['panel_predicted_rise'])}; "
+                + note)
         return D2_RULE.judge([D2_RISE.judge(e["panel_rise"]), clean]).with_note(note)
     v = stats.Verdict(stats.NOT_RUN, f"fixed-panel rise: not yet run; dynamic sampling: {clean.word}: {clean.text}",
                       D2_RULE.criterion, parts=(clean,))

@@ -26,6 +26,7 @@ RULES = {
     "SEED": _int_at_least(0), "STEPS": _int_at_least(1), "PROMPTS_PER_STEP": _int_at_least(1),
     "GROUP": _int_at_least(2), "G": _int_at_least(2), "MU": _int_at_least(1), "EVAL_PROMPTS": _int_at_least(1),
     "EVAL_SAMPLES": _int_at_least(1), "VAL_PROMPTS": _int_at_least(1), "N_PROMPTS": _int_at_least(1),
+    "PANEL_PROMPTS": _int_at_least(1),
     "N_BUCKETS": _int_at_least(1), "MAX_NEW_TOKENS": _int_at_least(1),
     "PROFILE": _choice(*PROFILES), "DEVICE": _choice("cpu", "cuda", "auto"),
     "DTYPE": _choice("float32", "bfloat16", "float16"),

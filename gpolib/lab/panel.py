@@ -1,0 +1,174 @@
+"""D2's fixed panel (DAPO Sec. 3.2, Fig. 3b): the share of all-correct groups on the same prompts as training goes on.
+
+A training batch holds different prompts every step, so its all-correct share is noisy and confounded by which
+prompts were drawn. The panel is fixed before any run: PROMPTS training prompts drawn with PROMPT_SEED, SAMPLES
+responses each at T = 1, top-p 1, sampled with SAMPLE_SEED (the same draws for every policy: common random
+numbers), scored by the run's strict reward. It is evaluated on the policies of notebook 01's GRPO runs at step 0
+(the base, shared by the seeds), half-way (the adapter kept by `TrainConfig.adapter_steps`) and at the end.
+
+Per policy: the all-correct share (every one of the SAMPLES responses correct), the all-wrong share, the accuracy,
+and the all-correct share predicted from the per-prompt accuracies p_i as if each prompt's responses were
+independent draws: mean_i p_i^SAMPLES (p_i estimated from the same SAMPLES responses, so the prediction shows
+what the accuracy alone implies for a group, not an independent estimate).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+PROMPTS = 256
+SAMPLES = 8
+PROMPT_SEED = 20251203
+"""which training prompts form the panel (fixed before the runs)"""
+SAMPLE_SEED = 7
+"""torch seed of the panel's sampling, the same for every policy"""
+FILE = "panel.json"
+"""each run's panel counts, in its folder: the settings (`_meta`) and "counts": {step: [correct per prompt]}"""
+
+
+def panel_tasks(train_tasks: list, prompts: int = PROMPTS, seed: int = PROMPT_SEED) -> list:
+    """The panel's prompts: `prompts` of the training split drawn without replacement with `seed`."""
+    if prompts > len(train_tasks):
+        raise ValueError(f"prompts={prompts} is invalid; allowed: at most the {len(train_tasks)} training prompts")
+    return random.Random(seed).sample(train_tasks, prompts)
+
+
+def correct_counts(trainer, tasks: list, samples: int = SAMPLES, seed: int = SAMPLE_SEED) -> np.ndarray:
+    """(n_prompts,) correct responses of `samples` per prompt from the trainer's policy at T = 1, top-p 1."""
+    torch.manual_seed(seed)
+    ro = trainer.rollout(tasks, samples, temperature=1.0, top_p=1.0)
+    correct, _ = trainer.score(ro, tasks)  # (B,)
+    return torch.bincount(ro.prompt_index, weights=correct.double(), minlength=len(tasks)).round().long().numpy()
+
+
+def load_policy(trainer, run_dir: Path, step: int) -> None:
+    """Load the run's adapter at `step` into the trainer's policy: adapter/step-<n>/, or adapter/ at the end."""
+    from peft import load_peft_weights, set_peft_model_state_dict
+
+    folder = Path(run_dir) / "adapter" / ("" if step == trainer.cfg.steps else f"step-{step}")
+    if not (folder / "adapter_model.safetensors").exists():
+        raise FileNotFoundError(f"{folder} holds no adapter: rerun the run with adapter_steps covering step {step}")
+    set_peft_model_state_dict(trainer.model, load_peft_weights(str(folder)), adapter_name="default")
+
+
+def shares(counts: np.ndarray, samples: int = SAMPLES) -> dict:
+    """All-correct / all-wrong shares, accuracy and the share predicted from per-prompt accuracy (mean p^G)."""
+    p = counts / samples
+    return {"all_correct": float((counts == samples).mean()), "all_wrong": float((counts == 0).mean()),
+            "acc": float(p.mean()), "predicted": float((p ** samples).mean())}
+
+
+def _meta(prompts: int, run_dir: Path) -> dict:
+    """What the kept counts were computed from: the panel's settings and the run's final adapter (sha256), so
+    that a run trained again in its folder is evaluated again."""
+    final = Path(run_dir) / "adapter" / "adapter_model.safetensors"
+    sha = hashlib.sha256(final.read_bytes()).hexdigest()[:16] if final.exists() else None
+    return {"prompts": prompts, "samples": SAMPLES, "prompt_seed": PROMPT_SEED, "sample_seed": SAMPLE_SEED,
+            "adapter_sha256": sha}
+
+
+def steps_of(cfg) -> tuple:
+    """The panel's steps for a run: 0, the steps whose adapters it keeps (`TrainConfig.adapter_steps`), the end."""
+    from ..train import adapter_save_steps
+
+    return (0, *sorted(adapter_save_steps(cfg)), cfg.steps)
+
+
+def run_counts(cfg, run_dir: Path, prompts: int, base: dict) -> dict:
+    """Step -> counts of one run at `steps_of(cfg)`, read from its panel file or computed (and written there).
+    `base` holds the step-0 counts shared by the runs of one base model (filled on first use)."""
+    from ..train import Trainer
+
+    path, steps = Path(run_dir) / FILE, steps_of(cfg)
+    kept = json.loads(path.read_text()) if path.exists() else {}
+    counts = kept.get("counts", {}) if all(kept.get(k) == v for k, v in _meta(prompts, run_dir).items()) else {}
+    missing = [s for s in steps if str(s) not in counts]
+    if missing:
+        tr = Trainer(cfg)
+        tasks = panel_tasks(tr.train_tasks, prompts)
+        for s in missing:  # in step order: the base first, before any adapter is loaded
+            if s == 0 and cfg.model in base:
+                counts["0"] = base[cfg.model]
+                continue
+            if s > 0:
+                load_policy(tr, run_dir, s)
+            counts[str(s)] = correct_counts(tr, tasks).tolist()
+            if s == 0:
+                base[cfg.model] = counts["0"]
+        path.write_text(json.dumps({**_meta(prompts, run_dir), "counts": counts}, sort_keys=True) + "\n")
+    return {s: np.asarray(counts[str(s)]) for s in steps}
+
+
+def evaluate(cfgs: dict, dirs: dict, prompts: int = PROMPTS) -> pd.DataFrame:
+    """Rows (run, seed, step, all_correct, all_wrong, acc, predicted) of every finished run ("<arm>/seed<s>") at
+    its `steps_of`, on a panel of `prompts` training prompts."""
+    base, rows = {}, []
+    for name, cfg in cfgs.items():
+        for s, c in run_counts(cfg, dirs[name], prompts, base).items():
+            rows.append({"run": name, "seed": cfg.seed, "step": s, **shares(c)})
+    return pd.DataFrame(rows)
+
+
+def rise(table: pd.DataFrame, key: str = "all_correct") -> list:
+    """Per seed: `key` at the last step minus at step 0 (seeds in order)."""
+    t = table.pivot(index="seed", columns="step", values=key)
+    return (t[t.columns.max()] - t[t.columns.min()]).tolist()
+
+
+TABLE = "d2_panel.csv"
+"""the panel table of a notebook's runs, beside its run folders, read by the notebook that judges D2 (03)"""
+
+
+def write_table(table: pd.DataFrame, notebook_dir: Path) -> Path:
+    path = Path(notebook_dir) / TABLE
+    table.to_csv(path, index=False, float_format="%.6g")
+    return path
+
+
+def read_table(notebook_dir: Path) -> pd.DataFrame | None:
+    """The panel table written by `write_table` in that folder, or None where there is none (not yet run)."""
+    path = Path(notebook_dir) / TABLE
+    return pd.read_csv(path) if path.exists() else None
+
+
+def figure(table: pd.DataFrame, metrics: dict, window: int = 10):
+    """D2's picture: the panel's all-correct share (per seed, lines and dots) and the share predicted from
+    per-prompt accuracy (dashed) against the step, beside the training batches' all-correct share (a moving mean of
+    `window` steps, per seed, faint): the panel's prompts are fixed, the batches' change every step."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 3.6))
+    for i, (seed, t) in enumerate(table.sort_values("step").groupby("seed")):
+        color = f"C{i}"
+        ax.plot(t["step"], t["all_correct"], "o-", color=color, label=f"panel, seed {seed}")
+        ax.plot(t["step"], t["predicted"], "--", color=color, alpha=0.8, label=f"mean p^{SAMPLES}, seed {seed}")
+        name = t["run"].iloc[0]
+        batch = pd.Series([r.get("groups/all_correct", np.nan) for r in metrics.get(name, [])], dtype=float)
+        if len(batch):
+            ax.plot(batch.index, batch.rolling(window, min_periods=1).mean(), color=color, alpha=0.3, lw=1,
+                    label=f"training batches, seed {seed}")
+    ax.set_xlabel("step")
+    ax.set_ylabel("share of all-correct groups")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.set_title(f"D2 · all-correct groups: a fixed panel of training prompts x {SAMPLES} vs the training batches")
+    fig.tight_layout()
+    return fig
+
+
+def evidence(table: pd.DataFrame | None) -> dict:
+    """D2's panel evidence from a panel table (per seed, in seed order): `panel_rise` (all-correct share, last step -
+    step 0) and the shares at the first and last step, the accuracy's and the predicted share's rise; {} for None
+    (the panel is not yet run)."""
+    if table is None:
+        return {}
+    t = table.sort_values(["seed", "step"])
+    first, last = t.groupby("seed").first(), t.groupby("seed").last()
+    return {"panel_rise": rise(t), "panel_first": first["all_correct"].tolist(),
+            "panel_last": last["all_correct"].tolist(), "panel_acc_rise": rise(t, "acc"),
+            "panel_predicted_rise": rise(t, "predicted"), "panel_steps": sorted(t["step"].unique().tolist())}
