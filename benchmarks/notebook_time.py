@@ -1,4 +1,5 @@
-"""Wall time of one notebook of the full profile recomputed from nothing, without touching this checkout's runs.
+"""Wall time of one notebook, or of the whole workbook, of the full profile recomputed from nothing, without touching
+this checkout's runs.
 
 What `make reproduce JOBS=2 RECOMPUTE=...` would spend on one notebook: a temporary git worktree of HEAD, the
 notebook's committed runs removed there, `python -m gpolib.workbook.prefetch --profile full --only NN --jobs J` (its
@@ -8,9 +9,13 @@ where that notebook computes them. Step-0 evaluations go to an empty cache (`gpo
 fresh machine. Prints both times, the total and the fp32 matmul peak, and records the notebook's row (minutes, peak,
 jobs) in `benchmarks/notebook_times.json` (`--no-record`: print only; README's table follows with
 `python -m gpolib.workbook.readme --write`); the worktree is removed at the end.
+With `all` in place of a prefix: every committed run removed, the whole workbook's runs prefetched in one queue
+(`--jobs J`), then every notebook executed (`python -m gpolib reproduce --profile full`): what a fresh recompute of
+the workbook costs, recorded as the row "all".
 Measure on a quiet machine: every other process shares the cores.
 
     python benchmarks/notebook_time.py 05 [--jobs 2] [--keep DIR]
+    python benchmarks/notebook_time.py all --jobs 2
 """
 from __future__ import annotations
 
@@ -38,7 +43,7 @@ def timed(argv: list, cwd: Path, env: dict, log: Path) -> float:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("notebook", help="the notebook's prefix, e.g. 05")
+    p.add_argument("notebook", help="the notebook's prefix, e.g. 05, or all (the whole workbook)")
     p.add_argument("--jobs", type=int, default=2, help="one-thread training processes at once")
     p.add_argument("--keep", default="", help="make the worktree here and keep it (runs, logs, executed notebook)")
     p.add_argument("--no-record", action="store_true", help="do not write benchmarks/notebook_times.json")
@@ -51,15 +56,17 @@ def main(argv=None) -> int:
     where = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="notebook-time-")) / "tree"
     subprocess.run(["git", "worktree", "add", "-q", "--detach", str(where), "HEAD"], cwd=ROOT, check=True)
     try:
-        runs = list((where / "reports" / "runs").glob(f"{args.notebook}_*"))
+        whole = args.notebook == "all"
+        runs = sorted((where / "reports" / "runs").glob("*_*" if whole else f"{args.notebook}_*"))
+        only = [] if whole else ["--only", args.notebook]
         for r in runs:
             shutil.rmtree(r)
         env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "PYTHONPATH": str(where),
                "GPOLIB_CACHE_DIR": str(where.parent / "cache")}
         py = sys.executable
-        train = timed([py, "-m", "gpolib.workbook.prefetch", "--profile", "full", "--only", args.notebook, "--jobs",
-                       str(args.jobs)], where, env, where.parent / "prefetch.log")
-        execute = timed([py, "-m", "gpolib", "reproduce", "--profile", "full", "--only", args.notebook], where, env,
+        train = timed([py, "-m", "gpolib.workbook.prefetch", "--profile", "full", *only, "--jobs", str(args.jobs)],
+                      where, env, where.parent / "prefetch.log")
+        execute = timed([py, "-m", "gpolib", "reproduce", "--profile", "full", *only], where, env,
                         where.parent / "notebook.log")
     finally:
         if not args.keep:

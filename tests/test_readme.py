@@ -48,6 +48,9 @@ def test_times_table_and_its_sum():
         "| 01 | 11.6 | 2 | 164 | earlier measurement |",
         "| sum | 22.0 (0.4 h) | | | |",
     ]
+    whole = {**times, "all": {"minutes": 231.0, "peak_gflops": 114, "jobs": 2, "source": "benchmarks/notebook_time.py"}}
+    assert readme.times_block(whole).split("\n")[-2:] == [  # the one run is not added to the sum
+        "| sum | 22.0 (0.4 h) | | | |", "| all, in one run | 231.0 (3.9 h) | 2 | 114 | benchmarks/notebook_time.py |"]
 
 
 def test_record_time_sets_one_row(tmp_path):
