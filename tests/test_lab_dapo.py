@@ -243,6 +243,13 @@ def test_what_we_saw_states_the_evidence_in_words():
     assert "truncated share 15.0% vs 10.0% without it, mean length 110 vs 100 tokens" in text
     assert "D5 (w5): held-out accuracy 30.1 -> 32.1 -> 34.1 -> 36.1 -> 38.1 -> 20.1" in text  # DAPO read at step 4 of 8: 0.2005
     assert "total 18.0." in text  # 6 arms x 3 seeds x 1 min
+    assert "fixed panel" not in text.split("D2 (w2)")[1].split("\n")[0]  # no panel: the batches lead
+    e |= {"panel_steps": [0, 50, 100], "panel_first": [0.1] * 3, "panel_last": [0.2, 0.16, 0.24],
+          "panel_rise": [0.1, 0.06, 0.14], "panel_acc_rise": [0.1] * 3, "panel_predicted_rise": [0.05] * 3}
+    text = "\n".join(dapo.what_we_saw(e, metrics, summaries, words, max_gen=3, l_max=144))
+    assert ("D2 (w2): on the fixed panel of training prompts (notebook 01's GRPO runs, steps [0, 50, 100]) the "
+            "all-correct share went 0.100 -> 0.200, a rise of +0.100 (per seed +0.060 to +0.140); the panel's "
+            "accuracy rose +0.100, and the share its per-prompt accuracies predict (mean p^8) rose +0.050.") in text
 
 
 def test_d5_needs_every_rung_within_its_interval():

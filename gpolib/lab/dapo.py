@@ -367,7 +367,11 @@ def _words_d1(e: dict, r: _Runs, word: str) -> list:
 def _words_d2(e: dict, r: _Runs, word: str, max_gen: int) -> list:
     first, last, W = _mean(e["all_correct_first"]), _mean(e["all_correct_last"]), WINDOW_FRAC
     at_cap = sampling_table(by_arm(r.metrics, "dapo"), max_gen)["steps at max_gen_batches"].mean()
-    return [say("D2.main", word=word, first=first, last=last, change=last - first,
+    panel = ([say("D2.panel", word=word, steps=e["panel_steps"], first=_mean(e["panel_first"]),
+                  last=_mean(e["panel_last"]), rise=_mean(e["panel_rise"]), lo=min(e["panel_rise"]),
+                  hi=max(e["panel_rise"]), acc_rise=_mean(e["panel_acc_rise"]),
+                  predicted_rise=_mean(e["panel_predicted_rise"]))] if "panel_first" in e else [])
+    return panel + [say("D2.main", word=word, first=first, last=last, change=last - first,
                 acc_first=r.mean("grpo", "acc/mean", W, "first"), acc_last=r.mean("grpo", "acc/mean", W),
                 held_start=r.held("grpo", "start"), held_end=r.held("grpo", "end")),
             say("D2.noisy_batches", indent=True, steps=r.steps),
