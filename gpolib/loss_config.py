@@ -46,7 +46,7 @@ class LossConfig:
     'sequence_mask'. The per-token loss term is multiplied by the detached weight, as TRL does."""
     mismatch_cap: float = 2.0
     """C, the cap of the mismatch weight: truncated to C or masked above C (FlashRL / Yao et al. 2025: C = 2);
-    math.inf allowed."""
+    finite (a config is stored as strict JSON; a huge C stands for no cap)."""
 
     def __post_init__(self) -> None:
         check_loss(self)

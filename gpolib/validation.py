@@ -72,9 +72,7 @@ def _check_surrogate(cfg) -> None:
     if cfg.surrogate != "clip" and cfg.ratio_level != "token":
         fail("ratio_level", cfg.ratio_level, f"'token' with surrogate={cfg.surrogate!r} (its ratio is per token)")
     choice("mismatch_correction", cfg.mismatch_correction, MISMATCH_CORRECTIONS)
-    cap = cfg.mismatch_cap
-    if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not cap > 0:
-        fail("mismatch_cap", cap, "a number > 0 (math.inf: no cap)")
+    positive("mismatch_cap", cfg.mismatch_cap, 0)  # finite: a config is stored as strict JSON
 
 
 def check_fields(cfg) -> None:
