@@ -15,30 +15,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from .validation import check_fields, check_loss, check_relations, check_value_fields, fail
+from .loss_config import LossConfig
+from .validation import check_fields, check_relations, check_value_fields, fail
 
+__all__ = ["LossConfig", "TrainConfig"]
 
-@dataclass(frozen=True, kw_only=True)
-class LossConfig:
-    """The policy objective: ratio level x clipping x aggregation (+ optional KL)."""
-
-    ratio_level: str = "token"
-    """'token' (GRPO/DAPO: r_t = pi/pi_old per token), 'sequence' (GSPO Eq. 7:
-    s_i = exp(mean_t log r_t), broadcast to tokens), 'sequence_token' (GSPO-token Eq. 13-14)."""
-    eps_low: float = 0.2
-    """lower clip range: the ratio is clipped below at 1 - eps_low (epsilon_low in DAPO Eq. 8)."""
-    eps_high: float = 0.2
-    """upper clip range: the ratio is clipped above at 1 + eps_high (DAPO Clip-Higher: 0.28)."""
-    aggregation: str = "seq_mean_token_mean"
-    """'seq_mean_token_mean' (GRPO Eq. 3, sample-level), 'token_mean' (DAPO Eq. 8, token-level),
-    'seq_mean_token_sum_norm' (Dr. GRPO: sum of token terms / (B * max_len))."""
-    max_len: Optional[int] = None
-    """constant normaliser of Dr. GRPO (the generation budget); required by 'seq_mean_token_sum_norm'."""
-    beta: float = 0.0
-    """weight of the k3 KL penalty to the reference policy (DeepSeekMath Eq. 3-4); 0 disables it."""
-
-    def __post_init__(self) -> None:
-        check_loss(self)
 
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:

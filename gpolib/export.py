@@ -25,6 +25,7 @@ Mapping (ours -> TRL | verl):
                 with overlong_buffer (its penalty equals DAPO Eq. 13 for lengths <= max_len);
                 "filter" -> mask_truncated_completions=True | (verl: not available)
   dynamic_sampling  (TRL: not available) | algorithm.filter_groups (metric "reward", our shaped reward)
+  surrogate, mismatch_correction  CISPO, GMPO, TIS / MIS: see gpolib.export_family
 
 Known numerical departures that remain (documented, not features):
   - verl's GRPO estimator divides by std + 1e-6 (a fixed argument, no config key); ours by std + 1e-4.
@@ -46,6 +47,7 @@ import math
 import warnings
 
 from .config import TrainConfig
+from .export_family import trl_family_kwargs, trl_family_missing, verl_family_keys, verl_family_missing
 
 TRL_LOSS_TYPE = {"seq_mean_token_mean": "grpo", "token_mean": "dapo", "seq_mean_token_sum_norm": "dr_grpo"}
 VERL_AGG_MODE = {"seq_mean_token_mean": "seq-mean-token-mean", "token_mean": "token-mean",
@@ -105,7 +107,7 @@ def trl_missing(preset_or_cfg) -> list:
         out.append("routing_replay=True (GSPO Sec. 5.3 Routing Replay)")
     if cfg.old_logps == "engine":
         out.append("old_logps='engine' (TRL recomputes pi_old; vLLM log-probs only enter its IS correction)")
-    return out
+    return out + trl_family_missing(cfg)
 
 
 def verl_missing(preset_or_cfg, megatron: bool = False) -> list:
@@ -122,7 +124,7 @@ def verl_missing(preset_or_cfg, megatron: bool = False) -> list:
                    "trainer; pass megatron=True)")
     if cfg.old_logps == "engine" and cfg.loss.ratio_level != "token":
         out.append("old_logps='engine' with a sequence ratio (verl's bypass mode is token-level PPO-clip)")
-    return out
+    return out + verl_family_missing(cfg)
 
 
 def _enforce(missing: list, target: str, strict: bool) -> None:
@@ -155,7 +157,7 @@ def to_trl(preset_or_cfg, strict: bool = True, num_processes: int = 1) -> dict:
     loss_type = TRL_LOSS_TYPE[cfg.loss.aggregation]
     if loss_type == "dapo" and cfg.mu > 1 and num_processes == 1:
         loss_type = "bnpo"  # this minibatch's own token count, as ours (see the module docstring)
-    return dict(
+    kwargs = dict(
         loss_type=loss_type,
         importance_sampling_level="token" if cfg.loss.ratio_level == "token" else "sequence",
         epsilon=cfg.loss.eps_low, epsilon_high=cfg.loss.eps_high, beta=cfg.loss.beta,
@@ -167,6 +169,7 @@ def to_trl(preset_or_cfg, strict: bool = True, num_processes: int = 1) -> dict:
         learning_rate=cfg.lr, weight_decay=cfg.weight_decay, max_grad_norm=cfg.max_grad_norm,
         lr_scheduler_type="constant_with_warmup", warmup_steps=cfg.warmup_steps, seed=cfg.seed,
     )
+    return {**kwargs, **trl_family_kwargs(cfg)}  # CISPO's loss_type and cap, the mismatch correction
 
 
 def trl_correctness(completions, answer, **_) -> list:
@@ -234,6 +237,7 @@ def to_verl(preset_or_cfg, strict: bool = True, megatron: bool = False, n_gpus: 
     if loss.aggregation == "seq_mean_token_sum_norm":
         keys[ACTOR + "loss_scale_factor"] = loss.max_len
     keys.update(_verl_sampling_keys(cfg, megatron))
+    keys.update(verl_family_keys(cfg, ACTOR))  # CISPO / GMPO loss modes, the mismatch correction
     return keys
 
 

@@ -7,6 +7,8 @@ Shapes: B responses, T completion positions; `mask` is 1 on real completion toke
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -23,3 +25,8 @@ def geometric_ratio(logps: torch.Tensor, old_logps: torch.Tensor, advantages: to
     """GMPO's sequence ratio exp((1/|o_i|) sum_t clipped log r_t). Returns (B,)."""
     clipped = log_space_clip(logps - old_logps, advantages, eps_low, eps_high) * mask  # (B, T)
     return torch.exp(clipped.sum(dim=1) / mask.sum(dim=1).clamp(min=1))
+
+
+def ratio_space_range(eps_low: float, eps_high: float) -> tuple:
+    """GMPO's log-space range (e^-eps_low, e^eps_high) as PPO-style (eps_low', eps_high') in ratio space."""
+    return 1.0 - math.exp(-eps_low), math.exp(eps_high) - 1.0

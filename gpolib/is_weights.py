@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import torch
 
-MISMATCH_MODES = ("none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+from .metrics import Max, Mean
+from .validation import MISMATCH_CORRECTIONS as MISMATCH_MODES
 
 
 def cispo_surrogate(logps: torch.Tensor, ratio: torch.Tensor, advantages: torch.Tensor, eps_low: float,
@@ -42,3 +43,25 @@ def mismatch_weights(trainer_logps: torch.Tensor, engine_logps: torch.Tensor, ma
     if mode.endswith("mask"):
         return w.masked_fill(w > cap, 0.0)
     raise ValueError(f"mode={mode!r} is invalid; allowed: {' | '.join(map(repr, MISMATCH_MODES[1:]))}")
+
+
+def mismatch_correction(trainer_logps: torch.Tensor, engine_logps: torch.Tensor, mask: torch.Tensor, mode: str,
+                        cap: float) -> tuple[torch.Tensor, dict]:
+    """The weight that multiplies each per-token loss term, (B, T) or (B, 1), and the mismatch diagnostics.
+
+    mismatch/kl: mean over the masked tokens of k3 = w_t - log w_t - 1 with w_t = pi_old / pi_engine, the
+    estimate of KL(pi_engine || pi_old) from the engine's samples (DeepSeekMath Eq. 4's estimator; TRL logs no
+    KL, only min/mean/max of the weight); mismatch/max_log_ratio: max_t |log w_t|; mismatch/clipped_share:
+    share of masked tokens whose weight was truncated or masked (every token of a sequence, in sequence modes).
+    """
+    mask = mask.to(trainer_logps.dtype)
+    weights = mismatch_weights(trainer_logps, engine_logps, mask, mode, cap)
+    # log w_t = log pi_old(o_t) - log pi_engine(o_t)
+    log_w = ((trainer_logps - engine_logps) * mask).detach()  # (B, T)
+    # k3 = w - log w - 1
+    k3 = torch.exp(log_w) - log_w - 1.0  # (B, T)
+    raw = torch.exp(log_w.sum(dim=1, keepdim=True)) if mode.startswith("sequence") else torch.exp(log_w)
+    changed = (raw > cap).to(mask.dtype).expand_as(mask)  # (B, T)
+    info = {"mismatch/kl": Mean.of(k3, mask), "mismatch/clipped_share": Mean.of(changed, mask),
+            "mismatch/max_log_ratio": Max.of(log_w.abs(), mask)}
+    return weights, info

@@ -1,7 +1,7 @@
 """Metric names of a training run, in one list, and the additive means the loop pools without knowing them.
 
 Each name is computed in one place and written as it is: the objective (`policy_loss`: `clip/*`,
-`ratio/*`, `pi_old/mean`, `kl/mean`), the update (`loss/policy`, `grad/norm`, `entropy/mean`), the
+`ratio/*`, `pi_old/mean`, `kl/mean`, `mismatch/*`), the update (`loss/policy`, `grad/norm`, `entropy/mean`), the
 collection of a batch (`reward/*`, `acc/mean`, `len/*`, `groups/*`, `gen/*`), the step (`lr`, `time/*`)
 and the held-out evaluation (`acc/sample`, `acc/greedy`). DESIGN.md's names are a subset.
 """
@@ -50,6 +50,10 @@ METRICS: dict[str, Metric] = {
     "ratio/log_std": Metric("std of log ratio", update=True, missing=0.0),
     "kl/mean": Metric("KL (nats/token)", update=True, missing=0.0),
     "update/skipped": Metric("update skipped (0/1)", update=True, missing=0),
+    # the rollout/trainer mismatch correction (loss.mismatch_correction; written only when it is on)
+    "mismatch/kl": Metric("KL(engine || trainer) k3 (nats/token)"),
+    "mismatch/max_log_ratio": Metric("max |log pi_old / pi_engine|"),
+    "mismatch/clipped_share": Metric("mismatch weight truncated or masked (fraction of tokens)"),
     # PPO / VAPO (advantage_estimator='gae'; gpolib.value_loop): V on the fresh batch before its update, ...
     "value/loss": Metric("value loss 0.5 (V - target)^2"), "value/explained_var": Metric("explained variance of V"),
     "value/mean": Metric("mean V (per token)"),
@@ -106,6 +110,24 @@ class Mean:
     def value(self) -> Optional[float]:
         """total / weight; None when the weight is 0 (nothing was measured)."""
         return self.total / self.weight if self.weight > 0 else None
+
+
+@dataclass(frozen=True)
+class Max:
+    """A maximum that pools by `+` like a `Mean` (the larger of the parts); None when nothing was measured."""
+
+    value: Optional[float]
+    """max over the masked positions"""
+
+    @classmethod
+    def of(cls, values, mask) -> "Max":
+        """The max of `values` where `mask` is 1 (tensors of one shape); None when the mask is empty."""
+        picked = values[mask.bool()]
+        return cls(float(picked.max()) if picked.numel() else None)
+
+    def __add__(self, other: "Max") -> "Max":
+        vals = [v for v in (self.value, other.value) if v is not None]
+        return type(self)(max(vals) if vals else None)
 
 
 class Share(Mean):

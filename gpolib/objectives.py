@@ -2,7 +2,8 @@
 
 Three independent axes, composed by `policy_loss` from a `LossConfig`:
   1. the importance ratio: per token (GRPO, DAPO) or per sequence (GSPO);
-  2. the clipped surrogate with decoupled ranges (PPO; DAPO Clip-Higher);
+  2. the surrogate: PPO's clip with decoupled ranges (DAPO Clip-Higher), CISPO's clipped IS weight or
+     GMPO's geometric mean (`surrogate_terms`); optionally weighted by the rollout mismatch correction;
   3. the aggregation of token terms into one loss (GRPO, DAPO, Dr. GRPO).
 Shapes: B responses, T completion positions; `mask` is 1 on real completion tokens. Each equation
 sits in a comment right above the line that computes it; derivations live in the notebooks.
@@ -12,6 +13,8 @@ from __future__ import annotations
 import torch
 
 from .config import LossConfig
+from .geometric import geometric_ratio, ratio_space_range
+from .is_weights import cispo_surrogate, mismatch_correction
 from .metrics import Mean, Share
 from .validation import ADV_SCALES, AGGREGATIONS, RATIO_LEVELS
 
@@ -151,41 +154,72 @@ def k1_kl(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
 
 # --- the composed loss -------------------------------------------------------
 def policy_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
-                cfg: LossConfig, ref_logps: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
+                cfg: LossConfig, ref_logps: torch.Tensor | None = None,
+                engine_logps: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
     """Loss to minimise and its diagnostics; logps/old_logps/mask (B, T), advantages (B,).
 
-    J = aggregate( min(r A, clip(r, 1-eps_low, 1+eps_high) A) - beta * k3 );  loss = -J.
-    `info` maps metric names to additive `Mean`s over the masked tokens (see `ratio_diagnostics`;
-    with beta > 0 also `kl/mean`); the parts of a batch pool by `+`.
+    J = aggregate( w * f(r, A) - beta * k3 );  loss = -J, with f the surrogate (`surrogate_terms`; 'clip':
+    min(r A, clip(r, 1-eps_low, 1+eps_high) A)) and w the detached mismatch weight (1 unless
+    cfg.mismatch_correction is on; engine_logps (B, T) are then required; TRL 1.16 weights its per-token
+    loss the same way, before the KL term). `info` maps metric names to additive `Mean`s over the masked
+    tokens (see `ratio_diagnostics`; with beta > 0 also `kl/mean`, with the correction `mismatch/*`).
     """
     mask = mask.to(logps.dtype)
     old_logps = old_logps.detach()
     # 1. r at the configured level: r_{i,t}, s_i or s_{i,t}
     ratio = importance_ratio(logps, old_logps, mask, cfg.ratio_level)  # (B, T)
-    # 2. min(r A, clip(r, 1 - eps_low, 1 + eps_high) A)
-    per_token = clipped_surrogate(ratio, advantages, cfg.eps_low, cfg.eps_high)  # (B, T)
+    # 2. f(r, A), e.g. min(r A, clip(r, 1 - eps_low, 1 + eps_high) A)
+    per_token = surrogate_terms(logps, old_logps, ratio, advantages, mask, cfg)  # (B, T)
     info = ratio_diagnostics(ratio.detach(), logps.detach(), old_logps, advantages, mask, cfg)
-    # 3. minus beta * k3 to the reference
+    # 3. times w = sg(TIS / MIS weight of pi_old / pi_engine)
+    if cfg.mismatch_correction != "none":
+        if engine_logps is None:
+            raise ValueError(f"engine_logps are required when mismatch_correction={cfg.mismatch_correction!r}")
+        weights, mismatch_info = mismatch_correction(old_logps, engine_logps.detach(), mask,
+                                                     cfg.mismatch_correction, cfg.mismatch_cap)
+        per_token = per_token * weights  # (B, T)
+        info.update(mismatch_info)
+    # 4. minus beta * k3 to the reference
     if cfg.beta > 0:
         if ref_logps is None:
             raise ValueError("ref_logps are required when beta > 0")
         kl = k3_kl(logps, ref_logps.detach())  # (B, T)
         per_token = per_token - cfg.beta * kl
         info["kl/mean"] = Mean.of(kl.detach(), mask)
-    # 4. loss = -J = -aggregate(per_token)
+    # 5. loss = -J = -aggregate(per_token)
     loss = -aggregate(per_token, mask, cfg.aggregation, cfg.max_len)
     return loss, info
+
+
+def surrogate_terms(logps: torch.Tensor, old_logps: torch.Tensor, ratio: torch.Tensor, advantages: torch.Tensor,
+                    mask: torch.Tensor, cfg: LossConfig) -> torch.Tensor:
+    """Per-token objective f(r, A) of cfg.surrogate, to be maximised; (B, T).
+
+    'clip': DAPO Eq. 8; 'cispo': sg(clip(r, 1-eps_low, 1+eps_high)) A log pi_theta (MiniMax-M1 Sec. 3.1);
+    'gmpo': exp((1/|o_i|) sum_t clip_log(log r_t)) A_i on every token of response i (GMPO Sec. 3), so the
+    sequence-mean aggregation gives GMPO's mean over responses.
+    """
+    if cfg.surrogate == "cispo":
+        return cispo_surrogate(logps, ratio, advantages, cfg.eps_low, cfg.eps_high)
+    if cfg.surrogate == "gmpo":
+        seq = geometric_ratio(logps, old_logps, advantages, mask, cfg.eps_low, cfg.eps_high)  # (B,)
+        return (seq * advantages).unsqueeze(1).expand_as(logps)
+    return clipped_surrogate(ratio, advantages, cfg.eps_low, cfg.eps_high)
 
 
 def ratio_diagnostics(ratio: torch.Tensor, logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor,
                       mask: torch.Tensor, cfg: LossConfig) -> dict:
     """Clip shares at the configured ratio level and the spread of the ratio, over the masked tokens.
 
+    Under 'cispo' the shares are of tokens whose IS weight is clipped on the side that bounds the update
+    (TRL's cispo_clip_ratio: r > 1 + eps_high and A > 0); under 'gmpo' of token ratios outside GMPO's range.
+
     clip/low, clip/high, clip/frac: shares of tokens clipped below, above, either (`Share`s);
     clip/high_pi_old: mean pi_old of the tokens clipped above (DAPO Sec. 3.1: mostly low-probability tokens);
     pi_old/mean, ratio/mean; ratio/log_std: std of log r_{i,t} (token level whatever the ratio level).
     """
-    low, high = clip_masks(ratio, advantages, cfg.eps_low, cfg.eps_high)  # (B, T) each
+    eps = ratio_space_range(cfg.eps_low, cfg.eps_high) if cfg.surrogate == "gmpo" else (cfg.eps_low, cfg.eps_high)
+    low, high = clip_masks(ratio, advantages, *eps)  # (B, T) each
     p_old = torch.exp(old_logps)  # (B, T)
     log_r = token_log_ratio(logps, old_logps)  # (B, T)
     n = mask.sum().clamp(min=1)

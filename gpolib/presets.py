@@ -4,12 +4,15 @@ Shared across presets (kept fixed so variants differ only in the objective): mod
 prompts_per_step = 16, group_size = 8, lr, warm-up, gradient clipping, LoRA rank, budget.
 KL: DeepSeekMath uses beta = 0.04 (Sec. 4.2); DAPO (Sec. 2.3) and Dr. GRPO drop it. We use
 beta = 0 everywhere so that the comparison isolates ratio, clipping and aggregation.
+The rollout/trainer mismatch correction is a modifier of any preset rather than a preset of its own:
+`--set loss_mismatch_correction=token_truncate` is TIS with C = `loss_mismatch_cap` = 2 (Yao et al. 2025,
+FlashRL); 'token_mask', 'sequence_truncate', 'sequence_mask' are TRL 1.16's other modes.
 """
 from __future__ import annotations
 
 from .config import LossConfig, TrainConfig
 
-PRESETS = ("grpo", "dapo", "gspo", "gfpo", "dr_grpo", "ppo", "vapo")
+PRESETS = ("grpo", "dapo", "gspo", "gfpo", "dr_grpo", "ppo", "vapo", "cispo", "gmpo")
 
 
 def _grpo(base: TrainConfig) -> TrainConfig:
@@ -71,8 +74,28 @@ def _vapo(base: TrainConfig) -> TrainConfig:
                         loss=LossConfig(ratio_level="token", eps_low=0.2, eps_high=0.28, aggregation="token_mean"))
 
 
+def _cispo(base: TrainConfig) -> TrainConfig:
+    # MiniMax-M1 Sec. 3.1 (CISPO): J = sg(clip(r, 1 - eps_low^IS, 1 + eps_high^IS)) A log pi, token-level mean over
+    # the group's tokens; "we did not impose a lower bound on the IS weight by setting eps_low^IS to a
+    # large value" -> eps_low = 1.0 (1 - eps_low = 0 never binds: r > 0). The paper tunes eps_high^IS without giving
+    # its value; we take ScaleRL's (Khatri et al. 2025) cap eps_max = 5, the value TRL 1.16 recommends for
+    # loss_type='cispo' (its epsilon_high is the cap itself): 1 + eps_high = 5. Group-std advantages as GRPO.
+    return base.replace(name="cispo", adv_scale="group",
+                        loss=LossConfig(ratio_level="token", surrogate="cispo", eps_low=1.0, eps_high=4.0,
+                                        aggregation="token_mean"))
+
+
+def _gmpo(base: TrainConfig) -> TrainConfig:
+    # GMPO (Zhao et al. 2025) Sec. 3: maximise the geometric mean of the token ratios, each clipped in log space
+    # (sign-aware, PPO's min) before the mean; Sec. 4: clip range (e^-0.4, e^0.4); one term per response, mean over
+    # the responses (sequence level: 'seq_mean_token_mean' of the broadcast term); group-std advantages as GRPO.
+    return base.replace(name="gmpo", adv_scale="group",
+                        loss=LossConfig(ratio_level="token", surrogate="gmpo", eps_low=0.4, eps_high=0.4,
+                                        aggregation="seq_mean_token_mean"))
+
+
 _BUILDERS = {"grpo": _grpo, "dapo": _dapo, "gspo": _gspo, "gfpo": _gfpo, "dr_grpo": _dr_grpo,
-             "ppo": _ppo, "vapo": _vapo}
+             "ppo": _ppo, "vapo": _vapo, "cispo": _cispo, "gmpo": _gmpo}
 
 
 def get(name: str, /, **overrides) -> TrainConfig:

@@ -22,6 +22,8 @@ DTYPES = ("float32", "bfloat16", "float16")
 PROMPT_STYLES = ("auto", "raw", "chat")
 AUTOCAST_DTYPES = ("bfloat16", "float16")
 REPORT_TO = ("none", "tensorboard")
+SURROGATES = ("clip", "cispo", "gmpo")
+MISMATCH_CORRECTIONS = ("none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 _CHOICES = {"adv_scale": ADV_SCALES, "overlong": OVERLONG_MODES, "gfpo_metric": GFPO_METRICS,
             "old_logps": OLD_LOGP_SOURCES, "device": DEVICES, "dtype": DTYPES, "prompt_style": PROMPT_STYLES,
             "report_to": REPORT_TO}
@@ -53,13 +55,24 @@ def check_loss(cfg) -> None:
     choice("aggregation", cfg.aggregation, AGGREGATIONS)
     positive("eps_low", cfg.eps_low, 0, strict=False)
     positive("eps_high", cfg.eps_high, 0, strict=False)
-    if cfg.eps_low >= 1:
-        fail("eps_low", cfg.eps_low, "0 <= eps_low < 1 (1 - eps_low must stay positive)")
+    _check_surrogate(cfg)
     positive("beta", cfg.beta, 0, strict=False)
     if cfg.aggregation == "seq_mean_token_sum_norm" and cfg.max_len is None:
         fail("max_len", None, "a positive int when aggregation='seq_mean_token_sum_norm'")
     if cfg.max_len is not None:
         positive("max_len", cfg.max_len, 0, integer=True)
+
+
+def _check_surrogate(cfg) -> None:
+    """The surrogate form, its clip range, and the mismatch correction's mode and cap."""
+    choice("surrogate", cfg.surrogate, SURROGATES)
+    if cfg.surrogate == "clip" and cfg.eps_low >= 1:
+        fail("eps_low", cfg.eps_low, "0 <= eps_low < 1 (1 - eps_low must stay positive; >= 1 only with "
+             "surrogate='cispo', no lower bound, or 'gmpo', a log-space range)")
+    if cfg.surrogate != "clip" and cfg.ratio_level != "token":
+        fail("ratio_level", cfg.ratio_level, f"'token' with surrogate={cfg.surrogate!r} (its ratio is per token)")
+    choice("mismatch_correction", cfg.mismatch_correction, MISMATCH_CORRECTIONS)
+    positive("mismatch_cap", cfg.mismatch_cap, 0)  # finite: a config is stored as strict JSON
 
 
 def check_fields(cfg) -> None:
@@ -123,6 +136,9 @@ def check_relations(cfg) -> None:
         fail("overlong_cache", cfg.overlong_cache, f"< max_new_tokens = {cfg.max_new_tokens} tokens")
     _check_vllm(cfg)
     _check_moe_and_engine(cfg)
+    if cfg.loss.mismatch_correction != "none" and cfg.old_logps == "engine":
+        fail("loss.mismatch_correction", cfg.loss.mismatch_correction,
+             "'none' with old_logps='engine' (pi_old is then the engine's: the weight would be 1)")
     if cfg.gfpo_k is not None:
         positive("gfpo_k", cfg.gfpo_k, 0, integer=True)
         if not 2 <= cfg.gfpo_k <= cfg.group_size:
@@ -177,3 +193,6 @@ def check_value_fields(cfg) -> None:
         fail("gfpo_k", cfg.gfpo_k, "None with advantage_estimator='gae' (GFPO filters group advantages)")
     if cfg.adv_scale != "group":
         fail("adv_scale", cfg.adv_scale, "'group' (unused) with advantage_estimator='gae'")
+    if cfg.loss.surrogate == "gmpo":
+        fail("loss.surrogate", "gmpo", "'clip' | 'cispo' with advantage_estimator='gae' (GMPO's clip side "
+             "follows one advantage per response)")

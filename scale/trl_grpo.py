@@ -34,10 +34,11 @@ def task_dataset(cfg, tokenizer, split: str = "task_train"):
 
 
 def grpo_args(cfg, out_dir: str, strict: bool = True, cpu: bool = False, use_vllm: bool = False, **extra):
-    """`trl.GRPOConfig` from the exported keywords plus run plumbing (output, logging, precision)."""
-    from trl import GRPOConfig
-
+    """`trl.GRPOConfig` (GMPO's `GMPOConfig` for surrogate='gmpo') from the exported keywords plus run plumbing."""
     from gpolib.export import to_trl
+    from gpolib.export_family import trl_classes
+
+    config_class, _ = trl_classes(cfg)
 
     world = int(os.environ.get("WORLD_SIZE", "1"))  # set by accelerate launch / torchrun
     kwargs = to_trl(cfg, strict=strict, num_processes=world)
@@ -47,16 +48,17 @@ def grpo_args(cfg, out_dir: str, strict: bool = True, cpu: bool = False, use_vll
                     dataloader_num_workers=0)
     if use_vllm:
         plumbing.update(vllm_mode="colocate", vllm_gpu_memory_utilization=0.3, vllm_enable_sleep_mode=True)
-    return GRPOConfig(**{**kwargs, **plumbing, **extra})
+    return config_class(**{**kwargs, **plumbing, **extra})
 
 
 def build_trainer(cfg, out_dir: str, strict: bool = True, cpu: bool = False, use_vllm: bool = False, **extra):
-    """A `trl.GRPOTrainer` for `cfg` (a gpolib TrainConfig): model + LoRA, task prompts, rewards, exported args."""
+    """A `trl.GRPOTrainer` (TRL's experimental `GMPOTrainer` for surrogate='gmpo') for `cfg` (a gpolib TrainConfig):
+    model + LoRA, task prompts, rewards, exported args."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOTrainer
 
     from gpolib.export import trl_reward_funcs
+    from gpolib.export_family import trl_classes
     from gpolib.models import lora_config, resolve_path
 
     path = resolve_path(cfg.model)
@@ -67,13 +69,14 @@ def build_trainer(cfg, out_dir: str, strict: bool = True, cpu: bool = False, use
     model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, "float32" if cpu else cfg.dtype))
     args = grpo_args(cfg, out_dir, strict=strict, cpu=cpu, use_vllm=use_vllm, **extra)
     peft = lora_config(model, cfg.lora_r, cfg.lora_alpha) if cfg.lora_r > 0 else None
-    return GRPOTrainer(model=model, reward_funcs=trl_reward_funcs(cfg), args=args,
-                       train_dataset=task_dataset(cfg, tok), processing_class=tok, peft_config=peft)
+    _, trainer_class = trl_classes(cfg)
+    return trainer_class(model=model, reward_funcs=trl_reward_funcs(cfg), args=args,
+                         train_dataset=task_dataset(cfg, tok), processing_class=tok, peft_config=peft)
 
 
 def main(argv: list | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--preset", required=True, help="grpo | dapo | gspo | gfpo | dr_grpo")
+    p.add_argument("--preset", required=True, help="grpo | dapo | gspo | gfpo | dr_grpo | cispo | gmpo")
     p.add_argument("--model", default=None, help="hub name or local path (default: the preset's, the embedded model)")
     p.add_argument("--out", required=True, help="TRL output directory")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="TrainConfig override")

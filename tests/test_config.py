@@ -102,6 +102,15 @@ def test_presets_are_valid_and_round_trip(name):
     assert cfg.replace(seed=1).fingerprint() != cfg.fingerprint()
 
 
+def test_family_preset_values_match_papers():
+    cispo, gmpo = presets.get("cispo").loss, presets.get("gmpo").loss
+    # MiniMax-M1 Sec. 3.1: no lower bound on the IS weight, token-level; ScaleRL's cap 5 = 1 + eps_high
+    assert (cispo.surrogate, cispo.eps_low, cispo.eps_high, cispo.aggregation) == ("cispo", 1.0, 4.0, "token_mean")
+    # GMPO: log-space range (e^-0.4, e^0.4), one term per response
+    assert (gmpo.surrogate, gmpo.eps_low, gmpo.eps_high, gmpo.aggregation) == ("gmpo", 0.4, 0.4, "seq_mean_token_mean")
+    assert presets.get("grpo").loss.mismatch_correction == "none" and LossConfig().mismatch_cap == 2.0
+
+
 def test_preset_values_match_papers():
     assert presets.get("grpo").loss == LossConfig(ratio_level="token", eps_low=0.2, eps_high=0.2,
                                                   aggregation="seq_mean_token_mean")

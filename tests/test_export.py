@@ -50,12 +50,15 @@ def test_grpo_config_accepts_every_preset(name, tmp_path):
     args = trl.GRPOConfig(**kwargs, output_dir=str(tmp_path), report_to="none", use_cpu=True)
     assert args.generation_batch_size == cfg.prompts_per_step * cfg.group_size
     assert args.steps_per_generation == cfg.mu and args.num_iterations == 1
-    assert (args.epsilon, args.epsilon_high, args.beta) == (cfg.loss.eps_low, cfg.loss.eps_high, cfg.loss.beta)
+    cap = 1.0 if name == "cispo" else 0.0  # TRL's cispo epsilon_high is the cap 1 + eps_high itself
+    assert (args.epsilon, args.epsilon_high - cap, args.beta) == (cfg.loss.eps_low, cfg.loss.eps_high, cfg.loss.beta)
+    assert args.vllm_importance_sampling_correction is False  # TRL's default True would weight vLLM rollouts
     assert args.num_generations == cfg.group_size and args.max_completion_length == cfg.max_new_tokens
     assert args.scale_rewards == cfg.adv_scale and args.max_steps == cfg.steps * cfg.mu
     expected = {"grpo": ("grpo", "token"), "dapo": ("dapo", "token"), "gspo": ("grpo", "sequence"),
                 "gfpo": ("dapo", "token"), "dr_grpo": ("dr_grpo", "token"),
-                "ppo": ("grpo", "token"), "vapo": ("dapo", "token")}[name]  # their value models are not exported
+                "ppo": ("grpo", "token"), "vapo": ("dapo", "token"), "cispo": ("cispo", "token"),
+                "gmpo": ("grpo", "token")}[name]  # PPO, VAPO: value models not exported; GMPOTrainer ignores loss_type
     assert (args.loss_type, args.importance_sampling_level) == expected
 
 
@@ -149,6 +152,30 @@ def test_trl_loss_equals_ours_for_every_preset(name, script, tmp_path):
     (g_ours,) = torch.autograd.grad(ours, logps)
     assert abs(ours.item() - theirs.item()) <= TOL and float((g_ours - g_theirs).abs().max()) <= TOL
     assert float(g_ours.abs().max()) > 0
+
+
+def test_family_exports_and_what_the_targets_lack():
+    keys = to_trl("cispo")
+    assert (keys["loss_type"], keys["epsilon_high"]) == ("cispo", 5.0)  # TRL's cap = 1 + eps_high (ScaleRL: 5)
+    tis = to_trl(presets.get("grpo", loss_mismatch_correction="sequence_mask", loss_mismatch_cap=3.0))
+    assert (tis["vllm_importance_sampling_correction"], tis["vllm_importance_sampling_mode"],
+            tis["vllm_importance_sampling_clip_max"]) == (True, "sequence_mask", 3.0)
+    assert to_verl("cispo")["actor_rollout_ref.actor.policy_loss.loss_mode"] == "cispo"
+    assert to_verl("gmpo")["actor_rollout_ref.actor.policy_loss.loss_mode"] == "geo_mean"
+    mis = to_verl(presets.get("dapo", dynamic_sampling=False, loss_mismatch_correction="token_mask"))
+    assert mis["algorithm.rollout_correction.rollout_is"] == "token"
+    assert mis["algorithm.rollout_correction.rollout_is_threshold"] == "1e-09_2.0"
+    with pytest.raises(UnsupportedFeature, match="no lower bound"):
+        to_trl(presets.get("cispo", loss_eps_low=0.2))
+    with pytest.raises(UnsupportedFeature, match="TRL's cispo is token-mean"):
+        to_trl(presets.get("cispo", loss_aggregation="seq_mean_token_mean"))
+    with pytest.raises(UnsupportedFeature, match="GMPOTrainer does not apply"):
+        to_trl(presets.get("gmpo", loss_mismatch_correction="sequence_truncate"))
+    with pytest.raises(UnsupportedFeature, match="mean over responses"):
+        to_verl(presets.get("gmpo", loss_aggregation="token_mean"))
+    with pytest.raises(UnsupportedFeature, match="geometric mean of the token weights"):
+        to_verl(presets.get("gmpo", loss_mismatch_correction="token_truncate"))
+    to_verl(presets.get("gmpo", loss_mismatch_correction="sequence_truncate"))  # strict, no error
 
 
 def test_two_trl_steps_on_the_embedded_model(script, tmp_path):

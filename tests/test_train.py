@@ -164,3 +164,22 @@ def test_minibatch_without_active_rows_is_a_zero_gradient_step(tiny_cfg):
     out = tr.update(batch, 0)
     assert out["grad/norm"] is not None and math.isfinite(out["grad/norm"])
     assert tr.sched.last_epoch == 4  # four optimiser steps, one per minibatch
+
+
+def test_the_mismatch_correction_reaches_the_update(tiny_cfg):
+    """The engine's log-probs weight the loss: a cap below every weight masks every token (no gradient, no move);
+    a bf16 rollout engine gives a positive k3 mismatch that the update logs."""
+    small = dict(steps=1, prompts_per_step=2, max_new_tokens=48)
+    tr = Trainer(tiny_cfg("grpo", **small, loss_mismatch_correction="token_mask", loss_mismatch_cap=1e-6))
+    batch = tr.collect(0)
+    batch.advantages = torch.linspace(-1, 1, len(batch.correct))  # every row informative: the update runs
+    before = _lora_weights(tr)
+    out = tr.update(batch, 0)
+    assert out["mismatch/clipped_share"] == 1.0 and out["grad/norm"] == 0.0 and out["loss/policy"] == 0.0
+    assert all(torch.equal(before[n], p) for n, p in _lora_weights(tr).items())
+    tr = Trainer(tiny_cfg("grpo", **small, rollout_autocast="bfloat16", loss_mismatch_correction="token_truncate"))
+    batch = tr.collect(0)
+    batch.advantages = torch.linspace(-1, 1, len(batch.correct))
+    out = tr.update(batch, 0)
+    assert out["mismatch/kl"] > 0 and 0 < out["mismatch/max_log_ratio"] < math.inf
+    assert 0 <= out["mismatch/clipped_share"] < 1 and out["grad/norm"] > 0

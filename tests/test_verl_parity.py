@@ -7,6 +7,7 @@ check loads verl's generated trainer yaml, applies the exported overrides, build
 `loss_mode`, `agg_loss` and `kl_penalty`, composed as verl's `workers/utils/losses.py::ppo_loss` does
 (pg_loss + kl_loss_coef * agg_loss(kl)). Value and d loss / d log pi_theta must match ours to 1e-6.
 """
+import math
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ from gpolib.objectives import ADV_EPS, group_advantages, policy_loss
 verl = pytest.importorskip("verl", reason="verl core algorithms: make test installs scale/requirements-verl-cpu.txt")
 from omegaconf import OmegaConf  # noqa: E402
 from verl.trainer.ppo import core_algos  # noqa: E402
+from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_weights  # noqa: E402
 from verl.utils.config import omega_conf_to_dataclass  # noqa: E402
 
 YAML = Path(verl.__file__).parent / "trainer" / "config"
@@ -30,6 +32,14 @@ VARIANTS = {  # every preset whose features verl has, plus the exported variants
     "grpo_kl": dict(preset="grpo", loss_beta=0.04),
     "dapo_seq_mean": dict(preset="dapo", loss_aggregation="seq_mean_token_mean"),
     "dr_grpo_rloo": dict(preset="dr_grpo", adv_scale="rloo"),  # verl's RLOO estimator, no epsilon
+    "cispo": dict(), "gmpo": dict(),  # verl's "cispo" and "geo_mean" policy losses
+    "cispo_two_sided": dict(preset="cispo", loss_eps_low=0.2, loss_eps_high=0.28, loss_aggregation="seq_mean_token_mean"),
+    "grpo_tis": dict(preset="grpo", loss_mismatch_correction="token_truncate"),  # verl's rollout_correction
+    "dapo_token_mask": dict(preset="dapo", loss_mismatch_correction="token_mask", loss_mismatch_cap=1.5),
+    "grpo_sequence_tis": dict(preset="grpo", loss_mismatch_correction="sequence_truncate"),
+    "gspo_sequence_mask": dict(preset="gspo", loss_mismatch_correction="sequence_mask"),
+    "cispo_tis": dict(preset="cispo", loss_mismatch_correction="token_truncate"),
+    "gmpo_sequence_mask": dict(preset="gmpo", loss_mismatch_correction="sequence_mask"),
 }
 
 
@@ -70,6 +80,7 @@ def random_batch(cfg, n_groups=4, T=16, seed=0):
     logps = old + spread * torch.randn(B, T, generator=g)
     if cfg.loss.ratio_level == "token":
         logps[:, 0] = old[:, 0] + 1.5  # ratio e^1.5 > 3 on some A < 0 tokens: verl's dual clip would bind there
+        logps[:, 1] = old[:, 1] + 2.0  # ratio e^2 > 5: above the CISPO preset's cap 1 + 4
     ref = old + 0.2 * torch.randn(B, T, generator=g)
     return rewards, lengths, mask, old, logps.requires_grad_(True), ref
 
@@ -86,13 +97,24 @@ def verl_advantages(algo, rewards, lengths, mask, G, **kw):
     return adv
 
 
-def verl_loss(actor, logps, old, adv, mask, ref):
+def verl_is_weights(cfg, old, engine, mask):
+    """verl's rollout-correction weights (B, T) from its own helper and the exported config; None when off."""
+    corr = cfg.algorithm.rollout_correction
+    if corr.rollout_is is None:
+        return None
+    weights, _ = compute_rollout_correction_weights(log_ratio=old - engine, response_mask=mask,
+                                                    rollout_is=corr.rollout_is,
+                                                    rollout_is_threshold=corr.rollout_is_threshold)
+    return weights
+
+
+def verl_loss(actor, logps, old, adv, mask, ref, is_weights=None):
     """pg_loss (+ kl_loss_coef * aggregated k3) exactly as verl's ppo_loss composes them."""
     actor.global_batch_info.update(dp_size=1, batch_num_tokens=None, global_batch_size=None,
                                    loss_scale_factor=actor.loss_scale_factor)
     fn = core_algos.get_policy_loss_fn(actor.policy_loss.loss_mode)
     loss, _ = fn(old_log_prob=old, log_prob=logps, advantages=adv, response_mask=mask.bool(),
-                 loss_agg_mode=actor.loss_agg_mode, config=actor)
+                 loss_agg_mode=actor.loss_agg_mode, config=actor, rollout_is_weights=is_weights)
     if actor.use_kl_loss:
         kld = core_algos.kl_penalty(logprob=logps, ref_logprob=ref, kl_penalty=actor.kl_loss_type)
         kl = core_algos.agg_loss(loss_mat=kld, loss_mask=mask.bool(), loss_agg_mode=actor.loss_agg_mode,
@@ -104,14 +126,18 @@ def verl_loss(actor, logps, old, adv, mask, ref):
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_verl_loss_and_gradient_equal_ours(name):
     cfg = _cfg(name)
-    _, actor, algo = verl_config(to_verl(cfg))
+    full, actor, algo = verl_config(to_verl(cfg))
     rewards, lengths, mask, old, logps, ref = random_batch(cfg)
+    engine = old + 0.3 * torch.randn(old.shape, generator=torch.Generator().manual_seed(1))  # log pi_engine
     ours_adv = group_advantages(rewards, cfg.group_size, cfg.adv_scale)  # (B,)
     verl_adv = verl_advantages(algo, rewards, lengths, mask, cfg.group_size, epsilon=ADV_EPS)  # (B, T)
     assert torch.allclose(verl_adv, ours_adv.unsqueeze(1) * mask, atol=TOL, rtol=0)
-    ours, _ = policy_loss(logps, old, ours_adv, mask, cfg.loss, ref if cfg.loss.beta > 0 else None)
+    ours, info = policy_loss(logps, old, ours_adv, mask, cfg.loss, ref if cfg.loss.beta > 0 else None,
+                             engine_logps=engine if cfg.loss.mismatch_correction != "none" else None)
     (g_ours,) = torch.autograd.grad(ours, logps)
-    theirs = verl_loss(actor, logps, old, verl_adv, mask, ref)
+    theirs = verl_loss(actor, logps, old, verl_adv, mask, ref, verl_is_weights(full, old, engine, mask))
+    if cfg.loss.mismatch_correction != "none":  # the correction binds on some tokens, not on all
+        assert 0 < info["mismatch/clipped_share"].value < 1
     (g_theirs,) = torch.autograd.grad(theirs, logps)
     assert abs(ours.item() - theirs.item()) <= TOL, (ours.item(), theirs.item())
     assert float((g_ours - g_theirs).abs().max()) <= TOL
@@ -119,7 +145,10 @@ def test_verl_loss_and_gradient_equal_ours(name):
     ratio = torch.exp(logps.detach() - old)
     if cfg.loss.ratio_level != "token":
         ratio = torch.exp(((logps.detach() - old) * mask).sum(1) / mask.sum(1)).unsqueeze(1).expand_as(mask)
-    outside = ((ratio < 1 - cfg.loss.eps_low) | (ratio > 1 + cfg.loss.eps_high)) & mask.bool()
+    lo, hi = 1 - cfg.loss.eps_low, 1 + cfg.loss.eps_high
+    if cfg.loss.surrogate == "gmpo":  # its range is in log space: (e^-eps_low, e^eps_high)
+        lo, hi = math.exp(-cfg.loss.eps_low), math.exp(cfg.loss.eps_high)
+    outside = ((ratio < lo) | (ratio > hi)) & mask.bool()
     assert 0 < float(outside.sum()) < float(mask.sum()) and float(g_ours.abs().max()) > 0
 
 
