@@ -262,3 +262,15 @@ def test_elr_plots_draw_the_seed_means():
     mean_line = fig.axes[0].containers[0].lines[0]  # the errorbar's line through the seed means
     assert list(mean_line.get_xdata()) == [8, 16, 24]
     assert list(mean_line.get_ydata()) == pytest.approx([0.15, (2 / 42 - 2 / 38) / 3, 0.55])  # 4/16 at 100 tokens
+
+
+def test_f_statement_numbers_and_words():
+    e = _evidence()
+    text = fc.f_statement(fc.verdict_f1(e), fc.verdict_f2(e), e, 100)
+    # premise: excess 40, 42, 38 -> 40 +- 4.303 * 2 / sqrt(3) = [35.0, 45.0]; ELR 0.55 +- 0.124; F2 0.40 +- 0.124
+    assert "excess length over the base (tokens, the premise) is +40.0 (95% CI [+35.0, +45.0], n = 3): reproduced." in text
+    assert "ELR +55.0% (95% CI [+42.6%, +67.4%], n = 3): reproduced" in text and "F1 reproduced" in text
+    assert "4/24 - 4/8 +40.0% (95% CI [+27.6%, +52.4%], n = 3): reproduced; F2 reproduced" in text
+    assert "seed means 4/8 +15.0%, 4/16 -0.2%, 4/24 +55.0%" in text and "58.2% of GRPO's excess" in text
+    smoke = fc.stats.for_profile(fc.verdict_f1(e), "smoke")
+    assert fc.f_statement(smoke, smoke, e, 1).startswith("Smoke run: no statement")

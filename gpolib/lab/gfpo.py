@@ -237,6 +237,34 @@ def premise_note(e: dict, steps: int) -> str:
             f"denominator of every ELR. Premise: {_premise(e).line()}")
 
 
+def _interval_words(v: stats.Verdict, fmt: str) -> str:
+    """'+0.55 (95% CI [+0.43, +0.67], n = 3): reproduced', or the verdict's own text when it has no interval."""
+    iv = v.interval
+    if iv is None or iv.lo is None:
+        return f"{v.text} ({v.word})"
+    return (f"{format(iv.mean, fmt)} (95% CI [{format(iv.lo, fmt)}, {format(iv.hi, fmt)}], n = {iv.n}): "
+            f"{v.word}")
+
+
+def f_statement(v1: stats.Verdict, v2: stats.Verdict, e: dict, steps: int) -> str:
+    """What notebook 05 may say about F1 and F2 in the paper's terms, from the verdicts (`verdict_f1`, `verdict_f2`
+    after `stats.for_profile`) and their evidence, never stronger than the words: the paper's number, ours with
+    its interval and word for each part, and the premise every ELR divides by."""
+    if stats.SMOKE in (v1.word, v2.word):
+        return "Smoke run: no statement about F1 or F2 (the full profile is the replication)."
+    if stats.NOT_RUN in (v1.word, v2.word):
+        return f"F1: {v1.word} ({v1.text}). F2: {v2.word} ({v2.text})."
+    elr_part, acc_part, premise = v1.parts
+    paper, setting = PAPER_ELR[F1_ARM]
+    k4 = ", ".join(f"4/{g} {stats.seed_mean(e['elr'][arm], '+.1%')}" for g, arm in K4_ARMS.items() if arm in e["elr"])
+    return (f"The paper's Shortest {setting} removes {paper:.1%} of GRPO's excess length on average (GFPO Eq. 4) at "
+            f"matched accuracy. Here, after {steps} steps, GRPO's excess length over the base (tokens, the premise) is "
+            f"{_interval_words(premise, '+.1f')}. F1: Shortest 4/24's ELR "
+            f"{_interval_words(elr_part, '+.1%')}; its held-out accuracy minus GRPO's "
+            f"{_interval_words(acc_part, '+.3f')}; F1 {v1.word}. F2: ELR at k = 4 (seed means {k4}); 4/24 - 4/8 "
+            f"{_interval_words(v2.parts[0], '+.1%')}; F2 {v2.word}.")
+
+
 # ---------------------------------------------------------------- beside the verdicts: intervals per variant
 
 def _interval_row(iv: stats.Interval) -> dict:
