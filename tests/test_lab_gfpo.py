@@ -165,10 +165,10 @@ def test_grpo_arm_is_notebook_01s_runs_and_the_filter_is_the_only_difference():
     ours = runs.run_dirs("full", "05_gfpo", cfgs, fc.HOME)
     nb01 = runs.run_dirs("full", "01_grpo", runs.configs(grpo.ARMS, budget, seeds=range(3)))
     assert {k: ours[k] for k in nb01} == nb01  # the same folders: notebook 01's runs, not retrained here
-    assert cfgs["grpo/seed1"] == presets.get("grpo", **budget, seed=1)
+    assert cfgs["grpo/seed1"] == presets.get("grpo", **budget, seed=1, adapter_steps=(0.5,))  # notebook 01's arm
     for arm, spec in fc.ARMS.items():
         diff = runs.config_diff(cfgs["grpo/seed0"], cfgs[f"{arm}/seed0"])
-        assert set(diff) <= {"name", "group_size", "gfpo_k", "gfpo_metric", "gfpo_adaptive"}, (arm, diff)
+        assert set(diff) <= {"name", "group_size", "gfpo_k", "gfpo_metric", "gfpo_adaptive", "adapter_steps"}, (arm, diff)
     got = {arm: (cfgs[f"{arm}/seed0"].gfpo_k, cfgs[f"{arm}/seed0"].group_size) for arm in fc.K4_ARMS.values()}
     assert got == {"gfpo-k4-g8-short": (4, 8), "gfpo-k4-g16-short": (4, 16), "gfpo-k4-g24-short": (4, 24)}
     assert cfgs["gfpo-k8-g16-eff/seed2"].gfpo_metric == "efficiency" and cfgs["gfpo-adaptive-g16/seed0"].gfpo_adaptive

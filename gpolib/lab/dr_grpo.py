@@ -18,11 +18,11 @@ import torch
 
 from ..config import LossConfig
 from ..objectives import ADV_EPS, group_advantages, policy_loss
-from . import stats
+from . import grpo, stats
 from .runs import mean_over, run_key, window
 from .verdicts import EXACT_TOL, NOT, REPRODUCED, Exact
 
-ARMS = {"grpo": {"preset": "grpo"}, "dr_grpo": {"preset": "dr_grpo"}}
+ARMS = {"grpo": grpo.ARMS["grpo"], "dr_grpo": {"preset": "dr_grpo"}}
 """Sec. 3.2: GRPO against Dr. GRPO, everything else shared"""
 HOME = {"grpo": "01_grpo"}
 """the GRPO arm is notebook 01's runs (same budget, same configuration): trained once, reused here"""

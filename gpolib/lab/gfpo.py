@@ -29,7 +29,7 @@ from .. import presets
 from ..groups import gfpo_advantages, gfpo_keep, gfpo_scores
 from ..objectives import ADV_EPS
 from ..tasks import line_kinds, product_steps
-from . import regime, stats
+from . import grpo, regime, stats
 from .runs import run_key
 
 GRPO_LOSS = presets.get("grpo").loss
@@ -45,7 +45,7 @@ def _filtered(group_size: int, k: int, metric: str = "length", **more) -> dict:
 
 ARMS = {
     # the baseline: notebook 01's GRPO runs (G = 8, no filter), the same configuration, not trained here (`HOME`)
-    "grpo": {"preset": "grpo"},
+    "grpo": grpo.ARMS["grpo"],
     "gfpo-k4-g8-short": _filtered(8, 4),
     "gfpo-k4-g16-short": _filtered(16, 4),
     "gfpo-k4-g24-short": _filtered(24, 4),

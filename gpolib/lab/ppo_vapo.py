@@ -21,12 +21,12 @@ import pandas as pd
 import torch
 
 from ..objectives import decoupled_gae, gae, group_advantages, length_adaptive_lambda, terminal_rewards
-from . import stats
+from . import grpo, stats
 from .prose import say
 from .runs import run_key
 
 ARMS = {
-    "grpo": {"preset": "grpo"},
+    "grpo": grpo.ARMS["grpo"],
     # DAPO at equal generated samples: dynamic sampling off (it re-samples up to 3 batches per step);
     # Clip-Higher, token-level loss and soft overlong punishment stay
     "dapo": {"preset": "dapo", "dynamic_sampling": False},
