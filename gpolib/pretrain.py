@@ -28,13 +28,16 @@ from gpolib.tasks import (MAX_OPS, MIN_OPS, N_OPS_CYCLE, P_MUL, SPLIT_N_OPS, SPL
                           make_problem, repo_root, solution_text)
 from gpolib.tokenizer import build_tokenizer
 
+MOE_ARCHS = ("moe", "moe-fine")
+"""the embedded architectures trained with the router load-balancing loss (Qwen3-MoE's `router_aux_loss_coef`)"""
+
 
 @dataclass
 class PretrainConfig:
     """Supervised pretraining recipe of one embedded base policy."""
 
     arch: str = "dense"
-    """"dense" (Qwen3ForCausalLM) or "moe" (Qwen3MoeForCausalLM)"""
+    """"dense" (Qwen3ForCausalLM), "moe" or "moe-fine" (Qwen3MoeForCausalLM)"""
     steps: int = 800
     """optimizer steps"""
     batch_size: int = 64
@@ -105,7 +108,7 @@ def pretrain(cfg: PretrainConfig, show_progress: bool = True) -> list[float]:
     model = AutoModelForCausalLM.from_config(tiny_config(cfg.arch, len(tok), tok.pad_token_id, tok.eos_token_id))
     reserved = reserved_prompts()
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
-    is_moe = cfg.arch == "moe"
+    is_moe = cfg.arch in MOE_ARCHS
     losses, start = [], time.perf_counter()
     for step in (bar := tqdm(range(cfg.steps), disable=not show_progress, desc=f"pretrain {cfg.arch}")):
         for group in opt.param_groups:
@@ -180,7 +183,7 @@ def _arch_lines(log: dict, cfg: dict, arch: str) -> list[str]:
 def _recipe_lines(log: dict, cfg: dict) -> list[str]:
     rc = log["config"]
     aux = (f" plus the router load-balancing loss (coefficient {cfg['router_aux_loss_coef']})"
-           if rc["arch"] == "moe" else "")
+           if rc["arch"] in MOE_ARCHS else "")
     return ["## Training recipe", "",
             f"- {rc['steps']} AdamW steps, batch {rc['batch_size']}, peak lr {rc['lr']} "
             f"(warmup {rc['warmup']}, cosine to 10%), weight decay {rc['weight_decay']}, grad-norm clip 1.0, "
