@@ -109,3 +109,27 @@ def routing_change(before: list, after: list) -> torch.Tensor:
         changed = (b.sort(dim=-1).values != a.sort(dim=-1).values).any(dim=-1)  # (N,)
         out.append(changed.float().mean())
     return torch.stack(out)
+
+
+def expert_change(before, after, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """GSPO's routing volatility (Sec. 5.3, "~10% of the experts activated ... change" per update): the share of
+    activated (token, layer, slot) experts under the updated policy that pi_old did not activate for that token
+    in that layer, |after_t,l \\ before_t,l| / k summed over the tokens of `mask`, divided by their number.
+
+    before/after: (L, *S, k) expert ids, or a list of L tensors (*S, k); mask (*S) with 1 at the tokens counted.
+    Returns (overall share (), per-layer share (L,)); overall = mean over layers (every layer has the same
+    tokens). Both sets have k members, so |after \\ before| = |before \\ after|. Unlike `routing_change` (any
+    change of a token's set counts 1), a set with one of k = 8 experts replaced counts 1/8.
+    """
+    before, after = _stacked(before), _stacked(after)
+    if before.shape != after.shape or before.shape[1:-1] != mask.shape:
+        raise ValueError(f"routing records {tuple(before.shape)} and {tuple(after.shape)} must both be (L, *S, k) "
+                         f"with S = the mask's shape {tuple(mask.shape)}")
+    new = ~(after.unsqueeze(-1) == before.unsqueeze(-2)).any(dim=-1)  # (L, *S, k): slot of after not in before
+    m = mask.to(new.device).bool().unsqueeze(-1).expand_as(new[0])  # (*S, k)
+    per_layer = (new & m).flatten(1).sum(dim=1).float() / m.sum().clamp(min=1)  # (L,)
+    return per_layer.mean(), per_layer
+
+
+def _stacked(records) -> torch.Tensor:
+    return torch.stack(list(records)) if isinstance(records, (list, tuple)) else records

@@ -334,3 +334,38 @@ def test_loop_with_a_bf16_engine_as_pi_old(tiny_cfg, monkeypatch):
     for old, adv in seen:  # pi_old of every trained row is the engine's sampling log-prob
         rows = (adv[:, None] == batch.advantages[None, :]).nonzero()[:, 1]  # (b,)
         assert torch.equal(old, ro.sample_logps[rows][:, : old.shape[1]])
+
+
+# ---------------------------------------------------------------- GSPO's measure: share of activated experts that change
+
+def test_expert_change_hand_counted():
+    # k = 2, 3 tokens, 2 layers. Layer 0: token 0 same set in another order (0 new), token 1 one expert
+    # replaced (1 new), token 2 both replaced (2 new) -> 3 / 6. Layer 1: token 2 one replaced -> 1 / 6.
+    before = torch.tensor([[[0, 1], [2, 3], [4, 5]], [[0, 1], [2, 3], [4, 5]]])  # (L=2, N=3, k=2)
+    after = torch.tensor([[[1, 0], [2, 7], [6, 7]], [[0, 1], [3, 2], [5, 0]]])
+    overall, per_layer = moe.expert_change(before, after, torch.ones(3))
+    assert per_layer.tolist() == pytest.approx([3 / 6, 1 / 6])
+    assert overall.item() == pytest.approx(4 / 12)
+    # token 2 masked out: layer 0 counts 1 of 4 slots, layer 1 none
+    overall, per_layer = moe.expert_change(before, after, torch.tensor([1, 1, 0]))
+    assert per_layer.tolist() == pytest.approx([1 / 4, 0.0]) and overall.item() == pytest.approx(1 / 8)
+    # a list of per-layer records (as `record_routing` gives them) and (L, B, T, k) with a (B, T) mask agree
+    assert moe.expert_change(list(before), list(after), torch.tensor([1, 1, 0]))[1].tolist() == pytest.approx([0.25, 0])
+    assert moe.expert_change(before[:, None], after[:, None], torch.ones(1, 3))[0].item() == pytest.approx(4 / 12)
+
+
+def test_expert_change_is_zero_for_the_same_routing_and_one_for_disjoint_sets():
+    torch.manual_seed(0)
+    before = torch.stack([torch.randperm(64)[:8] for _ in range(2 * 5)]).reshape(2, 5, 8)  # (L, N, k=8)
+    assert moe.expert_change(before, before.flip(-1), torch.ones(5))[0].item() == 0.0
+    assert moe.expert_change(before, before + 64, torch.ones(5))[0].item() == 1.0  # ids 64.. never activated before
+    one = before.clone()
+    one[0, 0, 3] = 99  # one of 8 experts of one token of layer 0 replaced
+    assert moe.expert_change(before, one, torch.ones(5))[1].tolist() == pytest.approx([1 / 40, 0.0])
+
+
+def test_expert_change_rejects_mismatched_records():
+    with pytest.raises(ValueError, match="mask's shape"):
+        moe.expert_change(torch.zeros(2, 3, 2, dtype=torch.long), torch.zeros(2, 3, 2, dtype=torch.long), torch.ones(4))
+    with pytest.raises(ValueError, match="must both be"):
+        moe.expert_change(torch.zeros(2, 3, 2, dtype=torch.long), torch.zeros(1, 3, 2, dtype=torch.long), torch.ones(3))
