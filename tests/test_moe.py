@@ -288,6 +288,14 @@ def test_loop_replays_the_recorded_experts_of_each_row(tiny_cfg, monkeypatch):
         events.clear()  # the recording pass itself is not a replay
         return out
     monkeypatch.setattr(upd, "_recompute_with_routing", record)
+    real_routing = upd._routing
+
+    def routing(*a):  # the routing pass after each step (`moe/expert_change`) is not a replay either
+        n = len(events)
+        out = real_routing(*a)
+        del events[n:]
+        return out
+    monkeypatch.setattr(upd, "_routing", routing)
     monkeypatch.setattr(upd, "policy_loss",
                         lambda lp, old, adv, *a: events.append(("loss", adv)) or real_loss(lp, old, adv, *a))
     hooks = [b.experts.register_forward_pre_hook(lambda m, args: events.append(("ids", args[1].clone())))
@@ -369,3 +377,24 @@ def test_expert_change_rejects_mismatched_records():
         moe.expert_change(torch.zeros(2, 3, 2, dtype=torch.long), torch.zeros(2, 3, 2, dtype=torch.long), torch.ones(4))
     with pytest.raises(ValueError, match="must both be"):
         moe.expert_change(torch.zeros(2, 3, 2, dtype=torch.long), torch.zeros(1, 3, 2, dtype=torch.long), torch.ones(3))
+
+
+def test_loop_logs_the_share_of_activated_experts_one_update_changes(tiny_cfg):
+    """mu = 1: the logged `moe/expert_change` is `expert_change` of the rollout's completion-token experts before
+    and after the update, recorded here by a separate full-batch pass (`lab.gspo.expert_ids`)."""
+    from gpolib.lab.gspo import expert_ids, rollout_sequences
+    from gpolib.metrics import METRICS
+    from gpolib.models import EMBEDDED
+    from gpolib.train import Trainer
+
+    tr = Trainer(tiny_cfg("gspo", model=EMBEDDED["moe"], steps=1, train_router=True, mu=1, lr=3e-2))
+    batch = tr.collect(0)
+    batch.advantages = torch.linspace(-1, 1, len(batch.correct))
+    ids, attn, comp, _ = rollout_sequences(batch.rollout)  # (B, P+T) x3
+    before = expert_ids(tr.model, ids, attn)  # (L, B, P+T, k)
+    metrics = tr.update(batch, 0)
+    overall, per_layer = moe.expert_change(before, expert_ids(tr.model, ids, attn), comp)
+    assert overall.item() > 0.01  # a large router step moves some of the routing
+    assert metrics["moe/expert_change"] == pytest.approx(overall.item(), abs=1e-6)
+    assert [metrics[f"moe/expert_change/l{i}"] for i in range(4)] == pytest.approx(per_layer.tolist(), abs=1e-6)
+    assert set(metrics) <= set(METRICS)
