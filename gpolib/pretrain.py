@@ -197,7 +197,7 @@ def _recipe_lines(log: dict, cfg: dict) -> list[str]:
             f"final loss {log['loss'][-1]:.4f} (curve in `train_log.json`).", "",
             "Rebuild:", "", "```",
             f"python -m gpolib pretrain --arch {rc['arch']} --steps {rc['steps']} --seed {rc['seed']}",
-            "python benchmarks/base_metrics.py --arch dense moe --write-card", "```", ""]
+            f"python benchmarks/base_metrics.py --arch {rc['arch']} --write-card", "```", ""]
 
 
 def _metrics_lines(metrics: dict | None) -> list[str]:
@@ -206,7 +206,17 @@ def _metrics_lines(metrics: dict | None) -> list[str]:
     return ["## Base metrics", "",
             f"Held-out prompts {metrics['n_prompts']}, G={metrics['G']}, temperature 1, top_k=0, "
             f"max {metrics['max_new_tokens']} new tokens (`benchmarks/base_metrics.py`):", "",
-            "```json", json.dumps(metrics, indent=1), "```", ""]
+            "```json", json.dumps(metrics, indent=1), "```", ""] + _routing_lines(metrics.get("routing"))
+
+
+def _routing_lines(routing: dict | None) -> list[str]:
+    if not routing:
+        return []
+    return ["`routing` (`gpolib.moe.routing_stats`, the completion tokens of one sample per prompt of the first "
+            f"{routing['n_prompts']} held-out prompts): each expert's share of the activated (token, slot) pairs, "
+            f"min and max over the experts per layer (uniform: {routing['uniform_share']}), and quantiles of the router "
+            "margin p_(k) - p_(k+1) between the k-th and (k+1)-th largest router probability of a token, "
+            "pooled over layers (a small margin: a small router change swaps the k-th expert).", ""]
 
 
 def _card_text(log: dict, cfg: dict, metrics: dict | None) -> str:

@@ -398,3 +398,26 @@ def test_loop_logs_the_share_of_activated_experts_one_update_changes(tiny_cfg):
     assert metrics["moe/expert_change"] == pytest.approx(overall.item(), abs=1e-6)
     assert [metrics[f"moe/expert_change/l{i}"] for i in range(4)] == pytest.approx(per_layer.tolist(), abs=1e-6)
     assert set(metrics) <= set(METRICS)
+
+
+def test_routing_stats_hand_counted():
+    # E = 4, k = 2. Tokens pick {0, 1} (margin 0.3 - 0.2), {1, 2} (0.3 - 0.1), {2, 3} (0.3 - 0.05)
+    probs = [torch.tensor([[0.4, 0.3, 0.2, 0.1], [0.1, 0.5, 0.3, 0.1], [0.05, 0.05, 0.6, 0.3]])]  # (N=3, E=4)
+    got = moe.routing_stats(probs, torch.ones(3), k=2)
+    assert got["expert_share_min"] == [round(1 / 6, 4)] and got["expert_share_max"] == [round(2 / 6, 4)]
+    assert got["router_margin_quantiles"]["q50"] == pytest.approx(0.2) and got["uniform_share"] == 0.25
+    got = moe.routing_stats(probs * 2, torch.tensor([1, 1, 0]), k=2)  # two layers alike, the third token masked
+    assert got["expert_share_min"] == [0.0, 0.0] and got["expert_share_max"] == [0.5, 0.5]  # counts 1, 2, 1, 0
+    assert got["n_tokens"] == 2 and got["router_margin_quantiles"]["q50"] == pytest.approx(0.15)
+
+
+def test_recorded_router_probs_pick_the_routers_experts():
+    model = build("qwen3_moe", lora=False)
+    ids, attn = batch()[:2]
+    probs, picked = [], []
+    with moe.record_router_probs(model, probs), moe.record_routing(model, picked):
+        model(input_ids=ids, attention_mask=attn, use_cache=False)
+    k = model.config.num_experts_per_tok
+    for p, e in zip(probs, picked):
+        assert torch.allclose(p.sum(-1), torch.ones(len(p)))
+        assert torch.equal(p.topk(k, dim=-1).indices.sort(-1).values, e.sort(-1).values)
