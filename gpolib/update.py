@@ -4,9 +4,11 @@ Each minibatch is trained in micro-batches of at most `micro_batch_rows` rows wi
 accumulation (memory is bounded by one micro-batch); rows whose advantage is 0 are skipped when
 beta = 0 (they add nothing but a denominator share, `objectives.subset_scale`). Diagnostics are the
 additive `Mean`s of `policy_loss` plus the update's own, pooled over micro-batches by `+` and averaged
-over minibatches, without the loop knowing their names. The phase reads the `Policy` (model, parameters,
-optimiser), the config and the baseline (whose `update` takes the value model's steps under PPO / VAPO);
-nothing else of the trainer.
+over minibatches, without the loop knowing their names. On an MoE policy the update also measures GSPO's
+routing volatility, `moe/expert_change` (Sec. 5.3): the rollout's experts under pi_old (Routing Replay's
+record, else one no-grad pass) against one no-grad pass after each optimiser step. The phase reads the
+`Policy` (model, parameters, optimiser), the config and the baseline (whose `update` takes the value
+model's steps under PPO / VAPO); nothing else of the trainer.
 """
 from __future__ import annotations
 
