@@ -62,3 +62,4 @@ readme: $(STAMP)
 models: $(STAMP)
 	$(PY) -m gpolib pretrain --arch dense
 	$(PY) -m gpolib pretrain --arch moe
+	$(PY) -m gpolib pretrain --arch moe-fine --steps 200

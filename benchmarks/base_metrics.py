@@ -5,6 +5,7 @@ held-out prompt, the default generation budget. Prints one JSON object per model
 stores it as base_metrics.json next to the model and refreshes the model card.
 
     python benchmarks/base_metrics.py --arch dense moe --write-card
+    python benchmarks/base_metrics.py --arch moe-fine --write-card   # with the routing statistics
 """
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ from collections import defaultdict
 
 import torch
 
+from gpolib import moe
 from gpolib.config import TrainConfig
+from gpolib.logprobs import completion_logps
 from gpolib.models import EMBEDDED, load_policy
 from gpolib.rewards import correctness_reward
 from gpolib.rollout import generate
@@ -27,6 +30,8 @@ TARGETS = {"accuracy": (0.25, 0.50), "groups/all_correct": (0.05, 1.0), "groups/
 """metric -> accepted [low, high] range of the base policies (DESIGN.md, 'The embedded task and models')"""
 HARDEST = 12
 """prompts with hardness >= HARDEST form the hardest bucket"""
+ROUTING_PROMPTS = 64
+"""MoE: the routing statistics are taken over one sample of each of the first ROUTING_PROMPTS held-out prompts"""
 
 
 def sample(model, tok, rows: list, group: int, max_new_tokens: int, batch_prompts: int = 32):
@@ -83,6 +88,19 @@ def measure(path: str, n_prompts: int, group: int, max_new_tokens: int, seed: in
             "torch_threads": torch.get_num_threads()}
 
 
+@torch.no_grad()
+def routing(model, tok, rows: list, max_new_tokens: int) -> dict:
+    """MoE: expert load and router margin (`moe.routing_stats`) over the completion tokens of one sample per prompt."""
+    ro = generate(model, tok, [r["prompt"] for r in rows[:ROUTING_PROMPTS]], 1, max_new_tokens)
+    probs: list = []
+    with moe.record_router_probs(model, probs):
+        completion_logps(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask,
+                         chunk_rows=len(ro.texts), bucket=False)
+    comp = torch.cat([torch.zeros_like(ro.prompt_mask), ro.completion_mask], dim=1)  # (B, P+T)
+    stats = moe.routing_stats(probs, comp.reshape(-1), model.config.num_experts_per_tok)
+    return {"n_prompts": len(ro.texts), **stats}
+
+
 def check(metrics: dict) -> dict:
     return {k: lo <= metrics[k] <= hi for k, (lo, hi) in TARGETS.items()}
 
@@ -95,12 +113,17 @@ def main(argv=None) -> None:
     p.add_argument("--max-new-tokens", type=int, default=TrainConfig().max_new_tokens)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--routing", nargs="*", default=["moe-fine"], choices=sorted(EMBEDDED),
+                   help="the MoE models whose expert load and router margin are measured too")
     p.add_argument("--write-card", action="store_true", help="write base_metrics.json and README.md")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     for arch in args.arch:
         m = measure(EMBEDDED[arch], args.n_prompts, args.group, args.max_new_tokens, args.seed)
         m["targets_met"] = check(m)
+        if arch in args.routing:
+            model, tok = load_policy(EMBEDDED[arch], lora_r=0)
+            m["routing"] = routing(model.eval(), tok, load_tasks(default_task_path("heldout")), args.max_new_tokens)
         print(json.dumps({"arch": arch, **m}))
         if args.write_card:
             from gpolib.pretrain import write_model_card

@@ -3,7 +3,7 @@
 Commands:
   reproduce  execute the workbook notebooks in order (`--profile smoke|full|gpu`, `--only 01,02`)
   train      one RL run of a preset (`--preset dapo --out DIR --set steps=50 --set loss_eps_high=0.28`)
-  pretrain   build an embedded base policy (`--arch dense|moe`)
+  pretrain   build an embedded base policy (`--arch dense|moe|moe-fine`)
   bench      the RL step against TRL's GRPOTrainer (needs `pip install -e ".[bench]"`)
 Each command is one subparser plus one `cmd_<name>(args)` function registered in `COMMANDS`.
 The process settings (passive OpenMP waiting, torch threads) are made here, before torch loads.
@@ -20,7 +20,7 @@ from gpolib.runtime import setup_threads
 
 def add_pretrain(sub) -> None:
     p = sub.add_parser("pretrain", help="supervised pretraining of an embedded base policy")
-    p.add_argument("--arch", choices=["dense", "moe"], default="dense")
+    p.add_argument("--arch", choices=["dense", "moe", "moe-fine"], default="dense")
     p.add_argument("--steps", type=int, default=None, help="optimizer steps (default: the recipe's)")
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)

@@ -2,7 +2,8 @@
 
 Each name is computed in one place and written as it is: the objective (`policy_loss`: `clip/*`,
 `ratio/*`, `pi_old/mean`, `kl/mean`, `mismatch/*`), the update (`loss/policy`, `grad/norm`, `entropy/mean`), the
-collection of a batch (`reward/*`, `acc/mean`, `len/*`, `groups/*`, `gen/*`), the step (`lr`, `time/*`)
+collection of a batch (`reward/*`, `acc/mean`, `len/*`, `groups/*`, `gen/*`), the MoE routing (`moe/*`, MoE
+policies only), the step (`lr`, `time/*`)
 and the held-out evaluation (`acc/sample`, `acc/greedy`). DESIGN.md's names are a subset.
 """
 from __future__ import annotations
@@ -24,6 +25,9 @@ class Metric:
     missing: Optional[float] = None
     """the value recorded when the update does not measure it"""
 
+
+MOE_LAYER_NAMES = 128
+"""the layers named `moe/expert_change/l{i}`: more than any Qwen3-MoE has (94 in Qwen3-235B-A22B)"""
 
 METRICS: dict[str, Metric] = {
     "step": Metric("step"),
@@ -54,6 +58,10 @@ METRICS: dict[str, Metric] = {
     "mismatch/kl": Metric("KL(engine || trainer) k3 (nats/token)"),
     "mismatch/max_log_ratio": Metric("max |log pi_old / pi_engine|"),
     "mismatch/clipped_share": Metric("mismatch weight truncated or masked (fraction of tokens)"),
+    # MoE policies only (`moe.expert_change`, GSPO Sec. 5.3): activated experts that change per optimiser step
+    "moe/expert_change": Metric("activated experts changed per update (fraction, mean over layers)"),
+    **{f"moe/expert_change/l{i}": Metric(f"activated experts changed per update, layer {i} (fraction)")
+       for i in range(MOE_LAYER_NAMES)},
     # PPO / VAPO (advantage_estimator='gae'; gpolib.value_loop): V on the fresh batch before its update, ...
     "value/loss": Metric("value loss 0.5 (V - target)^2"), "value/explained_var": Metric("explained variance of V"),
     "value/mean": Metric("mean V (per token)"),

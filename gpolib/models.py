@@ -20,12 +20,17 @@ from gpolib.errors import ConfigError, ModelFolderError
 from gpolib.lora import use_lean_forward
 from gpolib.paths import repo_root, resolve
 
-EMBEDDED = {"dense": "data/models/tiny-qwen3", "moe": "data/models/tiny-qwen3-moe"}
+EMBEDDED = {"dense": "data/models/tiny-qwen3", "moe": "data/models/tiny-qwen3-moe",
+            "moe-fine": "data/models/tiny-qwen3-moe-fine"}
 """repository-relative directories of the shipped base policies, by architecture"""
 ATTENTION_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
 MLP_TARGETS = ["gate_proj", "up_proj", "down_proj"]
 EXPERT_PARAMETERS = ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]
 """the fused 3-D expert weights of Qwen3-MoE, reached by peft's `target_parameters`"""
+FINE_MOE = dict(num_experts=64, num_experts_per_tok=8, moe_intermediate_size=16, num_hidden_layers=8)
+"""the fine-grained embedded MoE (`moe-fine`), shaped like Qwen3-30B-A3B's routing (1:8 of 64 experts active,
+8 layers); 8 active experts of width 16 give 128 active MLP units per layer, so its ~0.8M active
+parameters per token stay close to `moe`'s ~0.74M (twice the layers, each with half the active MLP)"""
 ROUTER_MODULE = "mlp.gate"
 """the router of a Qwen3-MoE / Qwen2-MoE sparse block (`Qwen3MoeTopKRouter`: one (E, H) `weight`)"""
 
@@ -42,6 +47,9 @@ def tiny_config(arch: str, vocab_size: int, pad_id: int, eos_id: int):
         return Qwen3MoeConfig(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=172,
                               intermediate_size=344, decoder_sparse_step=1, mlp_only_layers=[],
                               norm_topk_prob=True, router_aux_loss_coef=0.01, **common)
+    if arch == "moe-fine":
+        return Qwen3MoeConfig(intermediate_size=344, decoder_sparse_step=1, mlp_only_layers=[],
+                              norm_topk_prob=True, router_aux_loss_coef=0.01, **(common | FINE_MOE))
     raise ValueError(f"arch={arch!r} is invalid; allowed: {sorted(EMBEDDED)}")
 
 

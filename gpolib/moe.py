@@ -109,3 +109,69 @@ def routing_change(before: list, after: list) -> torch.Tensor:
         changed = (b.sort(dim=-1).values != a.sort(dim=-1).values).any(dim=-1)  # (N,)
         out.append(changed.float().mean())
     return torch.stack(out)
+
+
+def expert_change(before, after, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """GSPO's routing volatility (Sec. 5.3, "~10% of the experts activated ... change" per update): the share of
+    activated (token, layer, slot) experts under the updated policy that pi_old did not activate for that token
+    in that layer, |after_t,l \\ before_t,l| / k summed over the tokens of `mask`, divided by their number.
+
+    before/after: (L, *S, k) expert ids, or a list of L tensors (*S, k); mask (*S) with 1 at the tokens counted.
+    Returns (overall share (), per-layer share (L,)); overall = mean over layers (every layer has the same
+    tokens). Both sets have k members, so |after \\ before| = |before \\ after|. Unlike `routing_change` (any
+    change of a token's set counts 1), a set with one of k = 8 experts replaced counts 1/8.
+    """
+    before, after = _stacked(before), _stacked(after)
+    if before.shape != after.shape or before.shape[1:-1] != mask.shape:
+        raise ValueError(f"routing records {tuple(before.shape)} and {tuple(after.shape)} must both be (L, *S, k) "
+                         f"with S = the mask's shape {tuple(mask.shape)}")
+    new = ~(after.unsqueeze(-1) == before.unsqueeze(-2)).any(dim=-1)  # (L, *S, k): slot of after not in before
+    m = mask.to(new.device).bool().unsqueeze(-1).expand_as(new[0])  # (*S, k)
+    per_layer = (new & m).flatten(1).sum(dim=1).float() / m.sum().clamp(min=1)  # (L,)
+    return per_layer.mean(), per_layer
+
+
+def _stacked(records) -> torch.Tensor:
+    return torch.stack(list(records)) if isinstance(records, (list, tuple)) else records
+
+
+MARGIN_QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
+"""the quantiles of the router margin a model card reports"""
+
+
+@contextlib.contextmanager
+def record_router_probs(model, store: list):
+    """Append each layer's router probabilities softmax(z) over all E experts, (B*L, E) float32, to `store`."""
+    def hook(module, args, output):
+        store.append(torch.softmax(output[0].detach().float(), dim=-1))
+
+    handles = [r.register_forward_hook(hook) for r in routers(model)]
+    try:
+        yield store
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def routing_stats(probs: list, mask: torch.Tensor, k: int) -> dict:
+    """Expert load and router margin of the tokens of `mask` (N,), from each layer's router probabilities (N, E).
+
+    load: each expert's share of the k x n activated (token, slot) pairs; min and max over experts, per layer
+    (1/E each under a uniform load). margin: p_(k) - p_(k+1), the k-th minus the (k+1)-th largest router
+    probability of a token, pooled over layers: how far a token is from swapping its k-th expert (quantiles).
+    """
+    keep = mask.reshape(-1).bool()  # (N,)
+    share_min, share_max, margins = [], [], []
+    for p in probs:
+        p = p[keep.to(p.device)]  # (n, E)
+        top = p.topk(k + 1, dim=-1)  # (n, k+1) each
+        counts = torch.bincount(top.indices[:, :k].reshape(-1), minlength=p.shape[-1]).float()  # (E,)
+        share = counts / counts.sum().clamp(min=1)
+        share_min.append(round(share.min().item(), 4))
+        share_max.append(round(share.max().item(), 4))
+        margins.append(top.values[:, k - 1] - top.values[:, k])  # (n,)
+    margin = torch.cat(margins)
+    q = torch.quantile(margin, torch.tensor(MARGIN_QUANTILES, dtype=margin.dtype)).tolist()
+    return {"n_tokens": int(keep.sum()), "uniform_share": round(1 / probs[0].shape[-1], 4),
+            "expert_share_min": share_min, "expert_share_max": share_max,
+            "router_margin_quantiles": {f"q{round(100 * a):02d}": round(v, 5) for a, v in zip(MARGIN_QUANTILES, q)}}

@@ -28,13 +28,16 @@ from gpolib.tasks import (MAX_OPS, MIN_OPS, N_OPS_CYCLE, P_MUL, SPLIT_N_OPS, SPL
                           make_problem, repo_root, solution_text)
 from gpolib.tokenizer import build_tokenizer
 
+MOE_ARCHS = ("moe", "moe-fine")
+"""the embedded architectures trained with the router load-balancing loss (Qwen3-MoE's `router_aux_loss_coef`)"""
+
 
 @dataclass
 class PretrainConfig:
     """Supervised pretraining recipe of one embedded base policy."""
 
     arch: str = "dense"
-    """"dense" (Qwen3ForCausalLM) or "moe" (Qwen3MoeForCausalLM)"""
+    """"dense" (Qwen3ForCausalLM), "moe" or "moe-fine" (Qwen3MoeForCausalLM)"""
     steps: int = 800
     """optimizer steps"""
     batch_size: int = 64
@@ -105,7 +108,7 @@ def pretrain(cfg: PretrainConfig, show_progress: bool = True) -> list[float]:
     model = AutoModelForCausalLM.from_config(tiny_config(cfg.arch, len(tok), tok.pad_token_id, tok.eos_token_id))
     reserved = reserved_prompts()
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
-    is_moe = cfg.arch == "moe"
+    is_moe = cfg.arch in MOE_ARCHS
     losses, start = [], time.perf_counter()
     for step in (bar := tqdm(range(cfg.steps), disable=not show_progress, desc=f"pretrain {cfg.arch}")):
         for group in opt.param_groups:
@@ -180,7 +183,7 @@ def _arch_lines(log: dict, cfg: dict, arch: str) -> list[str]:
 def _recipe_lines(log: dict, cfg: dict) -> list[str]:
     rc = log["config"]
     aux = (f" plus the router load-balancing loss (coefficient {cfg['router_aux_loss_coef']})"
-           if rc["arch"] == "moe" else "")
+           if rc["arch"] in MOE_ARCHS else "")
     return ["## Training recipe", "",
             f"- {rc['steps']} AdamW steps, batch {rc['batch_size']}, peak lr {rc['lr']} "
             f"(warmup {rc['warmup']}, cosine to 10%), weight decay {rc['weight_decay']}, grad-norm clip 1.0, "
@@ -194,7 +197,7 @@ def _recipe_lines(log: dict, cfg: dict) -> list[str]:
             f"final loss {log['loss'][-1]:.4f} (curve in `train_log.json`).", "",
             "Rebuild:", "", "```",
             f"python -m gpolib pretrain --arch {rc['arch']} --steps {rc['steps']} --seed {rc['seed']}",
-            "python benchmarks/base_metrics.py --arch dense moe --write-card", "```", ""]
+            f"python benchmarks/base_metrics.py --arch {rc['arch']} --write-card", "```", ""]
 
 
 def _metrics_lines(metrics: dict | None) -> list[str]:
@@ -203,7 +206,17 @@ def _metrics_lines(metrics: dict | None) -> list[str]:
     return ["## Base metrics", "",
             f"Held-out prompts {metrics['n_prompts']}, G={metrics['G']}, temperature 1, top_k=0, "
             f"max {metrics['max_new_tokens']} new tokens (`benchmarks/base_metrics.py`):", "",
-            "```json", json.dumps(metrics, indent=1), "```", ""]
+            "```json", json.dumps(metrics, indent=1), "```", ""] + _routing_lines(metrics.get("routing"))
+
+
+def _routing_lines(routing: dict | None) -> list[str]:
+    if not routing:
+        return []
+    return ["`routing` (`gpolib.moe.routing_stats`, the completion tokens of one sample per prompt of the first "
+            f"{routing['n_prompts']} held-out prompts): each expert's share of the activated (token, slot) pairs, "
+            f"min and max over the experts per layer (uniform: {routing['uniform_share']}), and quantiles of the router "
+            "margin p_(k) - p_(k+1) between the k-th and (k+1)-th largest router probability of a token, "
+            "pooled over layers (a small margin: a small router change swaps the k-th expert).", ""]
 
 
 def _card_text(log: dict, cfg: dict, metrics: dict | None) -> str:

@@ -4,9 +4,11 @@ Each minibatch is trained in micro-batches of at most `micro_batch_rows` rows wi
 accumulation (memory is bounded by one micro-batch); rows whose advantage is 0 are skipped when
 beta = 0 (they add nothing but a denominator share, `objectives.subset_scale`). Diagnostics are the
 additive `Mean`s of `policy_loss` plus the update's own, pooled over micro-batches by `+` and averaged
-over minibatches, without the loop knowing their names. The phase reads the `Policy` (model, parameters,
-optimiser), the config and the baseline (whose `update` takes the value model's steps under PPO / VAPO);
-nothing else of the trainer.
+over minibatches, without the loop knowing their names. On an MoE policy the update also measures GSPO's
+routing volatility, `moe/expert_change` (Sec. 5.3): the rollout's experts under pi_old (Routing Replay's
+record, else one no-grad pass) against one no-grad pass after each optimiser step. The phase reads the
+`Policy` (model, parameters, optimiser), the config and the baseline (whose `update` takes the value
+model's steps under PPO / VAPO); nothing else of the trainer.
 """
 from __future__ import annotations
 
@@ -34,8 +36,10 @@ def update(policy: Policy, cfg, baseline, batch: Batch, step: int) -> dict:
     # rows with A = 0 add nothing but a denominator share when beta = 0: skip their passes, rescale
     active = active_rows(c, batch)
     olds, experts = pi_old(policy, c, batch, minibatches, active)
+    routes = (experts or _routing(policy, c, batch)) if moe.is_moe(policy.model) else None
     policy.model.train()
-    parts = [_minibatch_step(policy, c, batch, mb, active, old, experts, step) for mb, old in zip(minibatches, olds)]
+    parts = [_minibatch_step(policy, c, batch, mb, active, old, experts, step, routes)
+             for mb, old in zip(minibatches, olds)]
     names = dict.fromkeys(k for part in parts for k in part)
     out = {k: mean_of(part[k] for part in parts if k in part) for k in names}
     out.update(baseline.update(batch, minibatches))  # PPO / VAPO: the value model's steps, on the same minibatches
@@ -87,9 +91,32 @@ def _recompute_with_routing(policy: Policy, cfg, batch: Batch) -> tuple:
         return lp.clone(), moe.stack_by_layer(experts, len(moe.routers(policy.model)))
 
 
+def _routing(policy: Policy, cfg, batch: Batch) -> list:
+    """Each MoE layer's experts for every position of every row under the current policy, no grad: one
+    (B*(P+T), k) per layer, rows in order (laid out as `_recompute_with_routing` records them)."""
+    experts: list = []
+    policy.model.eval()
+    with torch.inference_mode(), moe.record_routing(policy.model, experts):
+        policy.logps(batch.rollout, chunk_rows=cfg.micro_batch_rows, bucket=False)
+    return moe.stack_by_layer(experts, len(moe.routers(policy.model)))
+
+
+def _routing_moved(policy: Policy, cfg, batch: Batch, routes: list) -> dict:
+    """GSPO's routing volatility after an optimiser step: the share of the rollout's activated completion-token
+    experts that the updated policy routes elsewhere than pi_old (`moe.expert_change`), overall and per layer."""
+    after = _routing(policy, cfg, batch)
+    policy.model.train()
+    ro = batch.rollout
+    comp = torch.cat([torch.zeros_like(ro.prompt_mask), ro.completion_mask], dim=1)  # (B, P+T)
+    overall, per_layer = moe.expert_change(routes, after, comp.reshape(-1))
+    return {"moe/expert_change": overall.item(),
+            **{f"moe/expert_change/l{i}": v for i, v in enumerate(per_layer.tolist())}}
+
+
 def _minibatch_step(policy: Policy, cfg, batch: Batch, mb: torch.Tensor, active: torch.Tensor, old, experts,
-                    step: int) -> dict:
-    """Accumulate gradients over micro-batches of the minibatch's active rows, clip, step; its metrics."""
+                    step: int, routes: list | None = None) -> dict:
+    """Accumulate gradients over micro-batches of the minibatch's active rows, clip, step; its metrics (on an
+    MoE policy, with the routing pi_old gave the rollout, `routes`, how much of it the step moved)."""
     c = cfg
     rows = mb[active[mb]]
     n_tok_all = float(batch.loss_mask[mb].sum())
@@ -112,6 +139,8 @@ def _minibatch_step(policy: Policy, cfg, batch: Batch, mb: torch.Tensor, active:
     out = {"grad/norm": gn.item(), **_pool(infos, n_tok_all)}
     if losses:
         out["loss/policy"] = sum(losses)  # each micro-batch loss is already its share of the minibatch loss
+    if routes is not None:
+        out.update(_routing_moved(policy, c, batch, routes))
     return out
 
 

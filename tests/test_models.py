@@ -128,16 +128,16 @@ def test_missing_pad_token_falls_back_to_eos():
     assert tok.pad_token == tok.eos_token and tok.padding_side == "left"
 
 
-@pytest.mark.parametrize("arch", ["dense", "moe"])
-def test_shipped_loss_curve_starts_like_a_rebuild(arch, tmp_path):
+@pytest.mark.parametrize("arch,steps", [("dense", 3), ("moe", 3), ("moe-fine", 2)])
+def test_shipped_loss_curve_starts_like_a_rebuild(arch, steps, tmp_path):
     import json
 
     from gpolib.tasks import repo_root
 
     log = json.loads((repo_root() / EMBEDDED[arch] / "train_log.json").read_text())
     recipe = {k: v for k, v in log["config"].items() if k not in ("out", "steps")}
-    losses = pretrain(PretrainConfig(**recipe, steps=3, out=str(tmp_path)), show_progress=False)
-    assert losses == pytest.approx(log["loss"][:3], abs=1e-4)  # warmup lr does not depend on `steps`
+    losses = pretrain(PretrainConfig(**recipe, steps=steps, out=str(tmp_path)), show_progress=False)
+    assert losses == pytest.approx(log["loss"][:steps], abs=1e-4)  # warmup lr does not depend on `steps`
 
 
 def _sft_prompts(reserved: set, steps: int) -> list:

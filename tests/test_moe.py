@@ -288,6 +288,14 @@ def test_loop_replays_the_recorded_experts_of_each_row(tiny_cfg, monkeypatch):
         events.clear()  # the recording pass itself is not a replay
         return out
     monkeypatch.setattr(upd, "_recompute_with_routing", record)
+    real_routing = upd._routing
+
+    def routing(*a):  # the routing pass after each step (`moe/expert_change`) is not a replay either
+        n = len(events)
+        out = real_routing(*a)
+        del events[n:]
+        return out
+    monkeypatch.setattr(upd, "_routing", routing)
     monkeypatch.setattr(upd, "policy_loss",
                         lambda lp, old, adv, *a: events.append(("loss", adv)) or real_loss(lp, old, adv, *a))
     hooks = [b.experts.register_forward_pre_hook(lambda m, args: events.append(("ids", args[1].clone())))
@@ -334,3 +342,82 @@ def test_loop_with_a_bf16_engine_as_pi_old(tiny_cfg, monkeypatch):
     for old, adv in seen:  # pi_old of every trained row is the engine's sampling log-prob
         rows = (adv[:, None] == batch.advantages[None, :]).nonzero()[:, 1]  # (b,)
         assert torch.equal(old, ro.sample_logps[rows][:, : old.shape[1]])
+
+
+# ---------------------------------------------------------------- GSPO's measure: share of activated experts that change
+
+def test_expert_change_hand_counted():
+    # k = 2, 3 tokens, 2 layers. Layer 0: token 0 same set in another order (0 new), token 1 one expert
+    # replaced (1 new), token 2 both replaced (2 new) -> 3 / 6. Layer 1: token 2 one replaced -> 1 / 6.
+    before = torch.tensor([[[0, 1], [2, 3], [4, 5]], [[0, 1], [2, 3], [4, 5]]])  # (L=2, N=3, k=2)
+    after = torch.tensor([[[1, 0], [2, 7], [6, 7]], [[0, 1], [3, 2], [5, 0]]])
+    overall, per_layer = moe.expert_change(before, after, torch.ones(3))
+    assert per_layer.tolist() == pytest.approx([3 / 6, 1 / 6])
+    assert overall.item() == pytest.approx(4 / 12)
+    # token 2 masked out: layer 0 counts 1 of 4 slots, layer 1 none
+    overall, per_layer = moe.expert_change(before, after, torch.tensor([1, 1, 0]))
+    assert per_layer.tolist() == pytest.approx([1 / 4, 0.0]) and overall.item() == pytest.approx(1 / 8)
+    # a list of per-layer records (as `record_routing` gives them) and (L, B, T, k) with a (B, T) mask agree
+    assert moe.expert_change(list(before), list(after), torch.tensor([1, 1, 0]))[1].tolist() == pytest.approx([0.25, 0])
+    assert moe.expert_change(before[:, None], after[:, None], torch.ones(1, 3))[0].item() == pytest.approx(4 / 12)
+
+
+def test_expert_change_is_zero_for_the_same_routing_and_one_for_disjoint_sets():
+    torch.manual_seed(0)
+    before = torch.stack([torch.randperm(64)[:8] for _ in range(2 * 5)]).reshape(2, 5, 8)  # (L, N, k=8)
+    assert moe.expert_change(before, before.flip(-1), torch.ones(5))[0].item() == 0.0
+    assert moe.expert_change(before, before + 64, torch.ones(5))[0].item() == 1.0  # ids 64.. never activated before
+    one = before.clone()
+    one[0, 0, 3] = 99  # one of 8 experts of one token of layer 0 replaced
+    assert moe.expert_change(before, one, torch.ones(5))[1].tolist() == pytest.approx([1 / 40, 0.0])
+
+
+def test_expert_change_rejects_mismatched_records():
+    with pytest.raises(ValueError, match="mask's shape"):
+        moe.expert_change(torch.zeros(2, 3, 2, dtype=torch.long), torch.zeros(2, 3, 2, dtype=torch.long), torch.ones(4))
+    with pytest.raises(ValueError, match="must both be"):
+        moe.expert_change(torch.zeros(2, 3, 2, dtype=torch.long), torch.zeros(1, 3, 2, dtype=torch.long), torch.ones(3))
+
+
+def test_loop_logs_the_share_of_activated_experts_one_update_changes(tiny_cfg):
+    """mu = 1: the logged `moe/expert_change` is `expert_change` of the rollout's completion-token experts before
+    and after the update, recorded here by a separate full-batch pass (`lab.gspo.expert_ids`)."""
+    from gpolib.lab.gspo import expert_ids, rollout_sequences
+    from gpolib.metrics import METRICS
+    from gpolib.models import EMBEDDED
+    from gpolib.train import Trainer
+
+    tr = Trainer(tiny_cfg("gspo", model=EMBEDDED["moe"], steps=1, train_router=True, mu=1, lr=3e-2))
+    batch = tr.collect(0)
+    batch.advantages = torch.linspace(-1, 1, len(batch.correct))
+    ids, attn, comp, _ = rollout_sequences(batch.rollout)  # (B, P+T) x3
+    before = expert_ids(tr.model, ids, attn)  # (L, B, P+T, k)
+    metrics = tr.update(batch, 0)
+    overall, per_layer = moe.expert_change(before, expert_ids(tr.model, ids, attn), comp)
+    assert overall.item() > 0.01  # a large router step moves some of the routing
+    assert metrics["moe/expert_change"] == pytest.approx(overall.item(), abs=1e-6)
+    assert [metrics[f"moe/expert_change/l{i}"] for i in range(4)] == pytest.approx(per_layer.tolist(), abs=1e-6)
+    assert set(metrics) <= set(METRICS)
+
+
+def test_routing_stats_hand_counted():
+    # E = 4, k = 2. Tokens pick {0, 1} (margin 0.3 - 0.2), {1, 2} (0.3 - 0.1), {2, 3} (0.3 - 0.05)
+    probs = [torch.tensor([[0.4, 0.3, 0.2, 0.1], [0.1, 0.5, 0.3, 0.1], [0.05, 0.05, 0.6, 0.3]])]  # (N=3, E=4)
+    got = moe.routing_stats(probs, torch.ones(3), k=2)
+    assert got["expert_share_min"] == [round(1 / 6, 4)] and got["expert_share_max"] == [round(2 / 6, 4)]
+    assert got["router_margin_quantiles"]["q50"] == pytest.approx(0.2) and got["uniform_share"] == 0.25
+    got = moe.routing_stats(probs * 2, torch.tensor([1, 1, 0]), k=2)  # two layers alike, the third token masked
+    assert got["expert_share_min"] == [0.0, 0.0] and got["expert_share_max"] == [0.5, 0.5]  # counts 1, 2, 1, 0
+    assert got["n_tokens"] == 2 and got["router_margin_quantiles"]["q50"] == pytest.approx(0.15)
+
+
+def test_recorded_router_probs_pick_the_routers_experts():
+    model = build("qwen3_moe", lora=False)
+    ids, attn = batch()[:2]
+    probs, picked = [], []
+    with moe.record_router_probs(model, probs), moe.record_routing(model, picked):
+        model(input_ids=ids, attention_mask=attn, use_cache=False)
+    k = model.config.num_experts_per_tok
+    for p, e in zip(probs, picked):
+        assert torch.allclose(p.sum(-1), torch.ones(len(p)))
+        assert torch.equal(p.topk(k, dim=-1).indices.sort(-1).values, e.sort(-1).values)

@@ -22,7 +22,7 @@ import pandas as pd
 import torch
 
 from .. import presets
-from ..moe import is_moe
+from ..moe import expert_change, is_moe
 from ..train import Trainer
 from . import stats
 from .gspo import (clip_share, expert_ids, expert_set_change, final_mean, log_ratio_std, mismatch_stats,
@@ -68,14 +68,8 @@ COLLAPSE = 0.05
 # ---------------------------------------------------------------- P3: one optimiser step
 
 def activated_expert_change(before: torch.Tensor, after: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Share of the activated experts (token, layer, slot) of `before` that are not among the token's top-k
-    `after`, per layer: the paper's measure (Sec. 5.3, "~10% of the experts activated ... differ").
-
-    before/after (L, B, T, k) expert ids, mask (B, T) -> (L,). A changed set with k = 2 counts 1/2 or 2/2.
-    """
-    gone = ~(before.unsqueeze(-1) == after.unsqueeze(-2)).any(dim=-1)  # (L, B, T, k)
-    m = mask.bool()[None, :, :, None].expand_as(gone)  # (L, B, T, k)
-    return (gone & m).sum(dim=(1, 2, 3)).float() / m.sum(dim=(1, 2, 3)).clamp(min=1)
+    """The paper's per-layer measure (Sec. 5.3), `moe.expert_change`'s second part: (L, B, T, k) x2, (B, T) -> (L,)."""
+    return expert_change(before, after, mask)[1]
 
 
 def step_probe(model, ro, step_fn) -> dict:
