@@ -159,6 +159,9 @@ class TrainConfig:
     The default equals the former `seed + 12345` at seed 0, so runs of seed 0 evaluate as before."""
     checkpoint_every: int = 10
     """checkpoint every N steps (LoRA adapter, optimiser, RNG, metrics)."""
+    log_expert_change: bool = True
+    """MoE policies: log `moe/expert_change` (GSPO Sec. 5.3) after each optimiser step, one no-grad routing pass
+    each (about a quarter of an MoE step on 2 cores); not part of the run's identity (NOT_IDENTITY)."""
     adapter_steps: tuple = ()
     """also keep the LoRA adapter after these steps (ints), or these shares of `steps` (floats in (0, 1)), in
     adapter/step-<n>/ (e.g. a fixed-panel evaluation half-way); not part of the run's identity (NOT_IDENTITY)."""
@@ -265,9 +268,9 @@ def _defaults(cls) -> dict:
     return out
 
 
-NOT_IDENTITY = ("report_to", "micro_batch_rows", "adapter_steps")
+NOT_IDENTITY = ("report_to", "micro_batch_rows", "adapter_steps", "log_expert_change")
 """fields that change where a run's results are shown, how its update is chunked (memory, speed) or which adapters
-it keeps, not what it computes: left out of its identity"""
+it keeps or logs, not what it computes: left out of its identity"""
 
 
 def _non_default(d: dict, cls) -> dict:

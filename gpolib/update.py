@@ -36,7 +36,7 @@ def update(policy: Policy, cfg, baseline, batch: Batch, step: int) -> dict:
     # rows with A = 0 add nothing but a denominator share when beta = 0: skip their passes, rescale
     active = active_rows(c, batch)
     olds, experts = pi_old(policy, c, batch, minibatches, active)
-    routes = (experts or _routing(policy, c, batch)) if moe.is_moe(policy.model) else None
+    routes = (experts or _routing(policy, c, batch)) if c.log_expert_change and moe.is_moe(policy.model) else None
     policy.model.train()
     parts = [_minibatch_step(policy, c, batch, mb, active, old, experts, step, routes)
              for mb, old in zip(minibatches, olds)]

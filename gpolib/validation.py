@@ -83,7 +83,7 @@ def check_fields(cfg) -> None:
     for name, options in _CHOICES.items():
         choice(name, getattr(cfg, name), options)
     choice("backend", cfg.backend, BACKENDS)
-    for name in ("dynamic_sampling", "gfpo_adaptive", "routing_replay", "vllm_sleep"):
+    for name in ("dynamic_sampling", "gfpo_adaptive", "routing_replay", "vllm_sleep", "log_expert_change"):
         if not isinstance(getattr(cfg, name), bool):
             fail(name, getattr(cfg, name), "True | False")
     if cfg.gradient_checkpointing is not None and not isinstance(cfg.gradient_checkpointing, bool):

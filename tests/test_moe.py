@@ -398,6 +398,12 @@ def test_loop_logs_the_share_of_activated_experts_one_update_changes(tiny_cfg):
     assert metrics["moe/expert_change"] == pytest.approx(overall.item(), abs=1e-6)
     assert [metrics[f"moe/expert_change/l{i}"] for i in range(4)] == pytest.approx(per_layer.tolist(), abs=1e-6)
     assert set(metrics) <= set(METRICS)
+    off = Trainer(tiny_cfg("gspo", model=EMBEDDED["moe"], steps=1, train_router=True, mu=1, lr=3e-2,
+                           log_expert_change=False))
+    assert off.cfg.fingerprint() == tr.cfg.fingerprint()  # logging only: the same run
+    b = off.collect(0)
+    b.advantages = torch.linspace(-1, 1, len(b.correct))
+    assert not any(k.startswith("moe/") for k in off.update(b, 0))
 
 
 def test_routing_stats_hand_counted():
