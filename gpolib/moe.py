@@ -42,17 +42,20 @@ def is_moe(model) -> bool:
 
 
 @contextlib.contextmanager
-def record_routing(model, store: list):
-    """Append each layer's selected experts (B*L, k) to `store` during the forward passes inside."""
-    def hook(module, args, output):
-        store.append(output[2].detach().clone())
-
-    handles = [r.register_forward_hook(hook) for r in routers(model)]
+def _router_hooks(model, store: list, read):
+    """Append `read(router output)` of each layer's router to `store` during the forward passes inside."""
+    handles = [r.register_forward_hook(lambda module, args, output: store.append(read(output)))
+               for r in routers(model)]
     try:
         yield store
     finally:
         for h in handles:
             h.remove()
+
+
+def record_routing(model, store: list):
+    """Append each layer's selected experts (B*L, k) to `store` during the forward passes inside."""
+    return _router_hooks(model, store, lambda output: output[2].detach().clone())
 
 
 def stack_by_layer(store: list, n_layers: int) -> list:
@@ -139,18 +142,9 @@ MARGIN_QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 """the quantiles of the router margin a model card reports"""
 
 
-@contextlib.contextmanager
 def record_router_probs(model, store: list):
     """Append each layer's router probabilities softmax(z) over all E experts, (B*L, E) float32, to `store`."""
-    def hook(module, args, output):
-        store.append(torch.softmax(output[0].detach().float(), dim=-1))
-
-    handles = [r.register_forward_hook(hook) for r in routers(model)]
-    try:
-        yield store
-    finally:
-        for h in handles:
-            h.remove()
+    return _router_hooks(model, store, lambda output: torch.softmax(output[0].detach().float(), dim=-1))
 
 
 def routing_stats(probs: list, mask: torch.Tensor, k: int) -> dict:
