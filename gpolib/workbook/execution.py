@@ -1,5 +1,9 @@
 """Execute one notebook of the workbook: papermill in a local-IPC kernel, repository-relative metadata, HTML.
 
+The executed copy and its HTML are byte-stable: a rerun with the same results writes the same bytes
+(`stable`: no timestamps or durations, a fixed id for papermill's parameters cell, stream outputs merged,
+since how a kernel splits one print into messages depends on timing).
+
 Split from `workbook` (discovery, validation, the order of notebooks, the report): this is the part that
 starts a kernel. `NotebookFailed` says which notebook and cell failed, and whether a config check refused
 a parameter value (the user's input: exit code 2).
@@ -7,7 +11,6 @@ a parameter value (the user's input: exit code 2).
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 from .. import paths
@@ -63,6 +66,41 @@ def _ipc_kernel_manager():
     return IPCKernelManager
 
 
+VOLATILE = ("start_time", "end_time", "duration")
+"""papermill's per-run timings (notebook and cell metadata): different on every run, so never written"""
+PARAMETERS_ID = "injected-parameters"
+"""id of papermill's parameters cell (nbformat would give it a random one); the source's cells keep theirs"""
+
+
+def _merged_streams(outputs: list) -> list:
+    """Consecutive stream outputs of one name (stdout, stderr) merged into one."""
+    merged = []
+    for out in outputs:
+        last = merged[-1] if merged else None
+        if out.get("output_type") == "stream" and last is not None and last.get("output_type") == "stream" \
+                and last.get("name") == out.get("name"):
+            last["text"] += out["text"]
+        else:
+            merged.append(out)
+    return merged
+
+
+def stable(nb):
+    """`nb` with what changes from run to run removed: timings, the parameters cell's random id, how
+    stream output was split into messages. Outputs and execution counts are kept as they are."""
+    for key in VOLATILE:
+        nb.metadata.get("papermill", {}).pop(key, None)
+    for cell in nb.cells:
+        cell.metadata.pop("execution", None)  # the kernel's iopub timestamps
+        for key in VOLATILE:
+            cell.metadata.get("papermill", {}).pop(key, None)
+        if PARAMETERS_ID in cell.metadata.get("tags", []):
+            cell["id"] = PARAMETERS_ID
+        if cell.cell_type == "code":
+            cell.outputs = _merged_streams(cell.outputs)
+    return nb
+
+
 def execute(job, executed: Path, html: Path) -> None:
     """Run one notebook with papermill, stamp gpolib metadata, export HTML."""
     import nbformat
@@ -72,7 +110,6 @@ def execute(job, executed: Path, html: Path) -> None:
     _importable()
     executed.parent.mkdir(parents=True, exist_ok=True)
     html.parent.mkdir(parents=True, exist_ok=True)
-    t0 = time.time()
     try:
         pm.execute_notebook(str(job.source), str(executed), parameters=job.params,
                             kernel_name="python3", cwd=str(job.source.parent),
@@ -83,8 +120,7 @@ def execute(job, executed: Path, html: Path) -> None:
     for key in ("input_path", "output_path"):  # papermill records them absolute: no machine path is committed
         if key in nb.metadata.get("papermill", {}):
             nb.metadata["papermill"][key] = paths.relative(nb.metadata["papermill"][key])
-    nb.metadata["gpolib"] = {"params_hash": job.params_hash, "parameters": job.params,
-                             "elapsed_s": round(time.time() - t0, 1)}
-    nbformat.write(nb, str(executed))
+    nb.metadata["gpolib"] = {"params_hash": job.params_hash, "parameters": job.params}  # no time: see `stable`
+    nbformat.write(stable(nb), str(executed))
     body, _ = HTMLExporter().from_notebook_node(nb)
     html.write_text(body, encoding="utf-8")
