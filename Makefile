@@ -38,7 +38,7 @@ browser:
 	elif command -v apt-get >/dev/null 2>&1 && { [ -z "$(SUDO)" ] || sudo -n true 2>/dev/null; }; then \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; \
 	else echo "browser: no Chromium found and none installable without a password (apt-get as root or passwordless sudo):" \
-	  "the browser test is not run; install Chromium or set GPOLIB_CHROMIUM to its executable (README, Tests)"; fi
+	  "the browser test is not run; install Chromium or set GPOLIB_CHROMIUM to its executable (README, Development)"; fi
 
 # JupyterLab on the notebooks with the project's kernel (the venv's python3, registered by install).
 lab: $(STAMP)
