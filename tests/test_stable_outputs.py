@@ -7,6 +7,7 @@ responses differ from those of the saved ones in the last float digits), so that
 the executed copy, its HTML, the figures, the claim record, the scoreboard and the report page, must have
 the bytes of the first. Writes under reports/smoke/ (git-ignored, as `make smoke` and nbval do).
 """
+import uuid
 from pathlib import Path
 
 import nbformat
@@ -59,3 +60,27 @@ def test_stable_drops_timings_fixes_the_parameters_id_and_merges_streams():
     assert [(o["name"], o["text"]) for o in out.cells[1].outputs] == [("stdout", "1\n2\n"), ("stderr", "w\n"),
                                                                       ("stdout", "3\n")]
     nbformat.validate(out)
+
+
+def _widget_notebook(box: str, slider: str, layout: str):
+    """A displayed VBox holding a slider whose layout is a third model, under the given model ids."""
+    state = {box: {"model_name": "VBoxModel", "state": {"children": [f"IPY_MODEL_{slider}"]}},
+             slider: {"model_name": "FloatSliderModel", "state": {"layout": f"IPY_MODEL_{layout}", "value": 0.2}},
+             layout: {"model_name": "LayoutModel", "state": {}}}
+    cell = nbformat.v4.new_code_cell("display(box)", id="show-box")  # a source cell id: fixed
+    cell.outputs = [nbformat.v4.new_output("display_data", data={
+        execution.WIDGET_VIEW: {"model_id": box, "version_major": 2, "version_minor": 0}, "text/plain": "VBox()"})]
+    nb = nbformat.v4.new_notebook(cells=[cell])
+    nb.metadata["widgets"] = {execution.WIDGET_STATE: {"state": state, "version_major": 2, "version_minor": 0}}
+    return nb
+
+
+def test_widget_model_ids_are_numbered_by_where_they_are_reached():
+    runs = [[uuid.uuid4().hex for _ in range(3)] for _ in range(2)]  # two executions: new random ids
+    first, second = (execution.stable(_widget_notebook(*ids)) for ids in runs)
+    assert nbformat.writes(first) == nbformat.writes(second)
+    ids = [f"{i:032x}" for i in range(3)]  # the box (displayed), its child slider, the slider's layout
+    assert first.cells[0].outputs[0]["data"][execution.WIDGET_VIEW]["model_id"] == ids[0]
+    state = first.metadata["widgets"][execution.WIDGET_STATE]["state"]
+    assert state[ids[0]]["state"]["children"] == [f"IPY_MODEL_{ids[1]}"]
+    assert state[ids[1]]["state"]["layout"] == f"IPY_MODEL_{ids[2]}" and set(state) == set(ids)
