@@ -45,10 +45,13 @@ def palette(labels) -> dict[str, str]:
 
 
 def save(fig, name: str, profile: str = "full", root: Path | str | None = None) -> Path:
-    """Write `fig` as `<figures_dir(profile)>/<name>.png` (dpi 120); returns the path."""
+    """Write `fig` as `<figures_dir(profile)>/<name>.png` (dpi 120); returns the path.
+
+    No "Software" text chunk (matplotlib's version): the bytes depend on the pixels only, so an unchanged
+    figure rewrites the same file (Agg's PNGs carry no timestamp)."""
     out = paths.figures_dir(profile, root) / (name if name.endswith(".png") else f"{name}.png")
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120, bbox_inches="tight")
+    fig.savefig(out, dpi=120, bbox_inches="tight", metadata={"Software": None})
     return out
 
 

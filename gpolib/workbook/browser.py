@@ -1,6 +1,8 @@
 """Look at a page in a real headless Chromium: what renders, which images load, which links resolve.
 
-Chromium (Debian's `chromium` package; `make test` installs it) runs headless with a fresh profile and is
+Chromium is found through `$GPOLIB_CHROMIUM` (its executable) or on PATH under one of `NAMES`; `make test`
+installs Debian's `chromium` where apt-get works without a password, and otherwise says how to get it.
+It runs headless with a fresh profile and is
 driven over the DevTools protocol (a websocket, `websocket-client`): navigate, wait for the load event
 (images included), evaluate one expression that lists the page's images and links, take a screenshot.
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -24,6 +27,10 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-ne
          "--disable-component-update", "--disable-sync", "--no-first-run", "--remote-debugging-port=0")
 """how Chromium is started: headless, no sandbox (containers run as root), nothing fetched in the background"""
 NAMES = ("chromium", "chromium-browser", "google-chrome", "chrome")
+ENV = "GPOLIB_CHROMIUM"
+"""the Chromium (or Chrome) executable to use, a path or a name on PATH; unset: the first of NAMES on PATH"""
+HOW_TO_GET = (f"install Chromium (Debian/Ubuntu: apt-get install chromium; macOS: brew install --cask chromium) "
+              f"or set {ENV} to its executable")
 
 _INVENTORY = """JSON.stringify({
   title: document.title,
@@ -33,11 +40,30 @@ _INVENTORY = """JSON.stringify({
 
 
 def find_chromium() -> str:
-    """Path of a Chromium executable; raises (naming the install command) if there is none."""
+    """Path of a Chromium executable: `$GPOLIB_CHROMIUM`, else the first of NAMES on PATH; raises
+    FileNotFoundError saying how to get one."""
+    given = os.environ.get(ENV)
+    if given:
+        found = shutil.which(given)
+        if found is None:
+            raise FileNotFoundError(f"{ENV}={given} is not an executable; {HOW_TO_GET}")
+        return found
     for name in NAMES:
         if shutil.which(name):
             return shutil.which(name)
-    raise FileNotFoundError("no Chromium found; install it with `apt-get install -y chromium` (make test does)")
+    raise FileNotFoundError(f"no Chromium on PATH (looked for {', '.join(NAMES)}); {HOW_TO_GET}")
+
+
+def can_install() -> bool:
+    """True where `make test` can install Chromium itself: apt-get on PATH, run as root or through a sudo
+    that asks no password."""
+    if shutil.which("apt-get") is None:
+        return False
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        return True
+    if shutil.which("sudo") is None:
+        return False
+    return subprocess.run(["sudo", "-n", "true"], capture_output=True).returncode == 0
 
 
 class Page:

@@ -1,13 +1,18 @@
 """Execute one notebook of the workbook: papermill in a local-IPC kernel, repository-relative metadata, HTML.
 
+The executed copy and its HTML are byte-stable: a rerun with the same results writes the same bytes
+(`stable`: no timestamps or durations, a fixed id for papermill's parameters cell, stream outputs merged,
+since how a kernel splits one print into messages depends on timing, widget model ids numbered in order).
+
 Split from `workbook` (discovery, validation, the order of notebooks, the report): this is the part that
 starts a kernel. `NotebookFailed` says which notebook and cell failed, and whether a config check refused
 a parameter value (the user's input: exit code 2).
 """
 from __future__ import annotations
 
+import json
 import os
-import time
+import re
 from pathlib import Path
 
 from .. import paths
@@ -63,6 +68,78 @@ def _ipc_kernel_manager():
     return IPCKernelManager
 
 
+VOLATILE = ("start_time", "end_time", "duration")
+"""papermill's per-run timings (notebook and cell metadata): different on every run, so never written"""
+PARAMETERS_ID = "injected-parameters"
+"""id of papermill's parameters cell (nbformat would give it a random one); the source's cells keep theirs"""
+
+
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+_WIDGET_REF = re.compile(r"IPY_MODEL_([0-9a-f]{32})")
+
+
+def _widget_order(nb) -> list:
+    """The widget model ids of `nb` in a run-independent order: depth first from each displayed widget (cell
+    order), through the references in its state (sorted keys); models no display reaches, by their state."""
+    state = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+    order = []
+
+    def visit(model_id):
+        if model_id in order:
+            return
+        order.append(model_id)
+        for ref in _WIDGET_REF.findall(json.dumps(state.get(model_id, {}), sort_keys=True)):
+            visit(ref)
+
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            if WIDGET_VIEW in out.get("data", {}):
+                visit(out["data"][WIDGET_VIEW]["model_id"])
+    return order + sorted(set(state) - set(order), key=lambda m: json.dumps(state[m], sort_keys=True))
+
+
+def _renumbered_widgets(nb):
+    """`nb` with each widget model's random id (a uuid4, new on every run) replaced by its rank in
+    `_widget_order`, written as 32 hex digits, wherever it appears (views, the saved state, references)."""
+    import nbformat
+
+    new = {old: f"{i:032x}" for i, old in enumerate(_widget_order(nb))}
+    if not new:
+        return nb
+    text = re.sub(r"[0-9a-f]{32}", lambda m: new.get(m.group(), m.group()), json.dumps(nb))
+    return nbformat.from_dict(json.loads(text))
+
+
+def _merged_streams(outputs: list) -> list:
+    """Consecutive stream outputs of one name (stdout, stderr) merged into one."""
+    merged = []
+    for out in outputs:
+        last = merged[-1] if merged else None
+        if out.get("output_type") == "stream" and last is not None and last.get("output_type") == "stream" \
+                and last.get("name") == out.get("name"):
+            last["text"] += out["text"]
+        else:
+            merged.append(out)
+    return merged
+
+
+def stable(nb):
+    """`nb` with what changes from run to run removed: timings, the parameters cell's random id, how
+    stream output was split into messages, widget model ids. Outputs and execution counts are kept."""
+    for key in VOLATILE:
+        nb.metadata.get("papermill", {}).pop(key, None)
+    for cell in nb.cells:
+        cell.metadata.pop("execution", None)  # the kernel's iopub timestamps
+        for key in VOLATILE:
+            cell.metadata.get("papermill", {}).pop(key, None)
+        if PARAMETERS_ID in cell.metadata.get("tags", []):
+            cell["id"] = PARAMETERS_ID
+        if cell.cell_type == "code":
+            cell.outputs = _merged_streams(cell.outputs)
+    return _renumbered_widgets(nb)
+
+
 def execute(job, executed: Path, html: Path) -> None:
     """Run one notebook with papermill, stamp gpolib metadata, export HTML."""
     import nbformat
@@ -72,7 +149,6 @@ def execute(job, executed: Path, html: Path) -> None:
     _importable()
     executed.parent.mkdir(parents=True, exist_ok=True)
     html.parent.mkdir(parents=True, exist_ok=True)
-    t0 = time.time()
     try:
         pm.execute_notebook(str(job.source), str(executed), parameters=job.params,
                             kernel_name="python3", cwd=str(job.source.parent),
@@ -83,8 +159,8 @@ def execute(job, executed: Path, html: Path) -> None:
     for key in ("input_path", "output_path"):  # papermill records them absolute: no machine path is committed
         if key in nb.metadata.get("papermill", {}):
             nb.metadata["papermill"][key] = paths.relative(nb.metadata["papermill"][key])
-    nb.metadata["gpolib"] = {"params_hash": job.params_hash, "parameters": job.params,
-                             "elapsed_s": round(time.time() - t0, 1)}
+    nb.metadata["gpolib"] = {"params_hash": job.params_hash, "parameters": job.params}  # no time: see `stable`
+    nb = stable(nb)
     nbformat.write(nb, str(executed))
     body, _ = HTMLExporter().from_notebook_node(nb)
     html.write_text(body, encoding="utf-8")

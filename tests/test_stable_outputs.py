@@ -1,0 +1,86 @@
+"""An unchanged rerun rewrites no byte (gpolib/workbook/execution.py `stable`, gpolib/lab/plots.py `save`).
+
+Notebook 02 (the cheapest that draws figures and scores a claim) is executed twice in the smoke profile on
+the same finished runs, after a first execution that trains them where they are missing: a computed run and
+a reused one are different events (the notebook's run table says which, and statistics of in-memory
+responses differ from those of the saved ones in the last float digits), so that pair is not compared. Every output of the second execution,
+the executed copy, its HTML, the figures, the claim record, the scoreboard and the report page, must have
+the bytes of the first. Writes under reports/smoke/ (git-ignored, as `make smoke` and nbval do).
+"""
+import uuid
+from pathlib import Path
+
+import nbformat
+
+from gpolib import paths
+from gpolib.workbook import execution, workbook
+
+NOTEBOOK = "02"
+
+
+def _outputs() -> dict[str, bytes]:
+    """{path under reports/smoke: bytes} of everything a reproduce writes there, the runs excepted."""
+    top = paths.reports_dir("smoke")
+    runs = paths.runs_dir("smoke")
+    return {str(f.relative_to(top)): f.read_bytes() for f in sorted(top.rglob("*"))
+            if f.is_file() and runs not in f.parents}
+
+
+def test_rerun_of_an_unchanged_notebook_writes_the_same_bytes():
+    workbook.reproduce("smoke", only=[NOTEBOOK], build_report=False)  # the runs exist before either execution
+    assert workbook.reproduce("smoke", only=[NOTEBOOK]) == ["02_ratio_decay"]
+    first = _outputs()
+    executed = paths.executed_dir("smoke") / "02_ratio_decay.ipynb"
+    written = executed.stat().st_mtime_ns
+    assert workbook.reproduce("smoke", only=[NOTEBOOK]) == ["02_ratio_decay"]
+    assert executed.stat().st_mtime_ns > written  # executed again, not skipped
+    second = _outputs()
+    kinds = {Path(name).suffix for name in first}
+    assert {".ipynb", ".html", ".png", ".json", ".md"} <= kinds, sorted(first)
+    assert sorted(first) == sorted(second)
+    changed = [name for name in first if first[name] != second[name]]
+    assert changed == [], f"a rerun with the same runs changed {changed}"
+
+
+def test_stable_drops_timings_fixes_the_parameters_id_and_merges_streams():
+    nb = nbformat.v4.new_notebook(metadata={"papermill": {"start_time": "t0", "end_time": "t1", "duration": 2.0,
+                                                          "parameters": {"STEPS": 2}}})
+    params = nbformat.v4.new_code_cell("STEPS = 2", metadata={"tags": ["injected-parameters"]})
+    cell = nbformat.v4.new_code_cell("print(1); print(2)", metadata={
+        "execution": {"iopub.status.busy": "t"}, "papermill": {"duration": 1.0, "status": "completed"}})
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="1\n"),
+                    nbformat.v4.new_output("stream", name="stdout", text="2\n"),
+                    nbformat.v4.new_output("stream", name="stderr", text="w\n"),
+                    nbformat.v4.new_output("stream", name="stdout", text="3\n")]
+    nb.cells = [params, cell]
+    out = execution.stable(nb)
+    assert out.metadata["papermill"] == {"parameters": {"STEPS": 2}}
+    assert out.cells[0]["id"] == "injected-parameters"
+    assert out.cells[1].metadata == {"papermill": {"status": "completed"}}
+    assert [(o["name"], o["text"]) for o in out.cells[1].outputs] == [("stdout", "1\n2\n"), ("stderr", "w\n"),
+                                                                      ("stdout", "3\n")]
+    nbformat.validate(out)
+
+
+def _widget_notebook(box: str, slider: str, layout: str):
+    """A displayed VBox holding a slider whose layout is a third model, under the given model ids."""
+    state = {box: {"model_name": "VBoxModel", "state": {"children": [f"IPY_MODEL_{slider}"]}},
+             slider: {"model_name": "FloatSliderModel", "state": {"layout": f"IPY_MODEL_{layout}", "value": 0.2}},
+             layout: {"model_name": "LayoutModel", "state": {}}}
+    cell = nbformat.v4.new_code_cell("display(box)", id="show-box")  # a source cell id: fixed
+    cell.outputs = [nbformat.v4.new_output("display_data", data={
+        execution.WIDGET_VIEW: {"model_id": box, "version_major": 2, "version_minor": 0}, "text/plain": "VBox()"})]
+    nb = nbformat.v4.new_notebook(cells=[cell])
+    nb.metadata["widgets"] = {execution.WIDGET_STATE: {"state": state, "version_major": 2, "version_minor": 0}}
+    return nb
+
+
+def test_widget_model_ids_are_numbered_by_where_they_are_reached():
+    runs = [[uuid.uuid4().hex for _ in range(3)] for _ in range(2)]  # two executions: new random ids
+    first, second = (execution.stable(_widget_notebook(*ids)) for ids in runs)
+    assert nbformat.writes(first) == nbformat.writes(second)
+    ids = [f"{i:032x}" for i in range(3)]  # the box (displayed), its child slider, the slider's layout
+    assert first.cells[0].outputs[0]["data"][execution.WIDGET_VIEW]["model_id"] == ids[0]
+    state = first.metadata["widgets"][execution.WIDGET_STATE]["state"]
+    assert state[ids[0]]["state"]["children"] == [f"IPY_MODEL_{ids[1]}"]
+    assert state[ids[1]]["state"]["layout"] == f"IPY_MODEL_{ids[2]}" and set(state) == set(ids)
