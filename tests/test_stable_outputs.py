@@ -84,3 +84,15 @@ def test_widget_model_ids_are_numbered_by_where_they_are_reached():
     state = first.metadata["widgets"][execution.WIDGET_STATE]["state"]
     assert state[ids[0]]["state"]["children"] == [f"IPY_MODEL_{ids[1]}"]
     assert state[ids[1]]["state"]["layout"] == f"IPY_MODEL_{ids[2]}" and set(state) == set(ids)
+
+
+def test_html_view_ids_are_numbered_by_first_appearance():
+    from gpolib.workbook.execution import stable_html
+
+    a, b = "3f2b8c1e-0d4a-4b6e-9a1c-5e7f9d2b4c6a", "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
+    body = (f'<div id="{a}"></div><script>getElementById(\'{a}\')</script><div id="{b}"></div>'
+            '<script>var lib = "11111111-2222-3333-4444-555555555555";</script>')
+    assert stable_html(body) == ('<div id="view-0000"></div><script>getElementById(\'view-0000\')</script>'
+                                 '<div id="view-0001"></div><script>var lib = "11111111-2222-3333-4444-555555555555";'
+                                 '</script>')  # a uuid that is no element's id stays
+    assert stable_html("no ids") == "no ids"

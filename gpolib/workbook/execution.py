@@ -160,7 +160,18 @@ def execute(job, executed: Path, html: Path) -> None:
         if key in nb.metadata.get("papermill", {}):
             nb.metadata["papermill"][key] = paths.relative(nb.metadata["papermill"][key])
     nb.metadata["gpolib"] = {"params_hash": job.params_hash, "parameters": job.params}  # no time: see `stable`
-    nb = stable(nb)
-    nbformat.write(nb, str(executed))
-    body, _ = HTMLExporter().from_notebook_node(nb)
-    html.write_text(body, encoding="utf-8")
+    nbformat.write(stable(nb), str(executed))
+    # read back: the file's key order (nbformat writes sorted keys), not the run's, orders the HTML's widget state
+    body, _ = HTMLExporter().from_notebook_node(nbformat.read(str(executed), as_version=4))
+    html.write_text(stable_html(body), encoding="utf-8")
+
+
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def stable_html(body: str) -> str:
+    """The exported HTML with each random uuid the exporter gives a widget view's element replaced by its rank of
+    first appearance (`view-<n>`), so that an unchanged notebook exports the same bytes."""
+    ids = dict.fromkeys(m.group(1) for m in re.finditer(r'id="(' + _UUID.pattern + ')"', body))  # element ids only
+    ranks = {u: f"view-{i:04d}" for i, u in enumerate(ids)}
+    return _UUID.sub(lambda m: ranks.get(m.group(), m.group()), body) if ranks else body
