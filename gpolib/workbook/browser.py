@@ -4,9 +4,12 @@ Chromium is found through `$GPOLIB_CHROMIUM` (its executable) or on PATH under o
 installs Debian's `chromium` where apt-get works without a password, and otherwise says how to get it.
 It runs headless with a fresh profile and is
 driven over the DevTools protocol (a websocket, `websocket-client`): navigate, wait for the load event
-(images included), evaluate one expression that lists the page's images and links, take a screenshot.
+(images included), evaluate expressions that list the page's images and links (`inventory`) and where its parts sit
+(`layout`), take a screenshot.
 
-    python -m gpolib.workbook.browser reports/index.html reports/figures/index_screenshot.png
+    python -m gpolib.workbook.browser reports/index.html [SHOT.png]
+
+(README's screenshot is taken by `gpolib.workbook.screenshot`, which also marks it with the scoreboard it shows.)
 """
 from __future__ import annotations
 
@@ -180,7 +183,8 @@ def _has_id(file: Path, fragment: str) -> bool:
 def problems(inv: dict) -> list:
     """Why the page is broken (empty when it is whole): images that did not load, links to missing files,
     to a section the target does not have, or outside the local folder (data URIs are part of the file)."""
-    found = [f"image did not load: {i['src'][:80]}" for i in inv["images"] if not i["ok"]]
+    found = [f"image did not load: {i['src'][:60] if i['src'].startswith('data:') else i['src']}"
+             for i in inv["images"] if not i["ok"]]
     for href in inv["links"]:
         url = urlparse(href)
         target = Path(unquote(url.path))

@@ -119,7 +119,7 @@ def phenomena_html(claims: list, images: dict) -> str:
                else f'<div class="nofigure">figure {escape(fig)} not drawn yet</div>')
         text = (f"<b>{escape(ph.title)}</b>: {escape(phenomena.sentence(ph, rec, headline(rec) if rec else ''))}; "
                 f"paper: {escape(str(rec.get('paper', '')))} — {verdict_word(rec.get('verdict', 'not yet run'))} "
-                f'(<a href="#claim-{ph.claim}">{ph.claim}</a>)')
+                + (f'(<a href="#claim-{ph.claim}">{ph.claim}</a>)' if rec else f"({ph.claim}: not in the scoreboard)"))
         cards.append(f'<figure class="phenomenon" id="phenomenon-{ph.claim}">{img}<figcaption>{text}</figcaption></figure>')
     return f'<div class="phenomena">{"".join(cards)}</div>'
 
