@@ -12,6 +12,7 @@ run records "smoke: no verdict". `build(profile)` gathers the records into `clai
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -149,6 +150,33 @@ def collect(profile: str = "full", root: Path | str | None = None) -> list[dict]
             "criterion": claim.criterion, "notebook": claim.notebook, "runs": []}
         rows.append({**rec, "paper_name": f"{claim.paper} {claim.section}", "claim": claim.claim})
     return rows
+
+
+def _judged(p: dict) -> list:
+    """The judged parts of a judgement, depth first (the judgement itself first)."""
+    return [p] + [q for sub in p.get("parts", []) for q in _judged(sub)]
+
+
+def _decimals(lo: float, hi: float) -> int:
+    """Decimals that show an interval's width to two digits (at least one)."""
+    return max(1, 1 - math.floor(math.log10(hi - lo))) if hi > lo else 3
+
+
+def headline(rec: dict) -> str:
+    """Our headline number, short: the first judged mean (or slope) with its interval, number first
+    ('+0.107 [+0.091, +0.123] held-out accuracy (T = 1), GRPO - base'); else the first part's text with its
+    per-seed numbers first; else the record's `ours` ('' for a claim not yet run)."""
+    parts = _judged({**(rec.get("judgement") or {}), "text": str(rec.get("ours", ""))})
+    for p in parts:
+        centre = p.get("mean", p.get("slope"))
+        if centre is not None and p.get("interval") and None not in p["interval"]:
+            lo, hi = p["interval"]
+            d = _decimals(lo, hi)
+            what = p["text"].split(": mean ")[0].split(": ")[0]
+            return f"{centre:+.{d}f} [{lo:+.{d}f}, {hi:+.{d}f}] {what}".strip()
+    text = parts[1]["text"] if len(parts) > 1 else parts[0]["text"]
+    what, sep, numbers = text.partition(" per seed: ")
+    return f"{numbers} {what}" if sep else text
 
 
 def _cell(text: Any) -> str:

@@ -4,9 +4,12 @@ Chromium is found through `$GPOLIB_CHROMIUM` (its executable) or on PATH under o
 installs Debian's `chromium` where apt-get works without a password, and otherwise says how to get it.
 It runs headless with a fresh profile and is
 driven over the DevTools protocol (a websocket, `websocket-client`): navigate, wait for the load event
-(images included), evaluate one expression that lists the page's images and links, take a screenshot.
+(images included), evaluate expressions that list the page's images and links (`inventory`) and where its parts sit
+(`layout`), take a screenshot.
 
-    python -m gpolib.workbook.browser reports/index.html reports/figures/index_screenshot.png
+    python -m gpolib.workbook.browser reports/index.html [SHOT.png]
+
+(README's screenshot is taken by `gpolib.workbook.screenshot`, which also marks it with the scoreboard it shows.)
 """
 from __future__ import annotations
 
@@ -34,9 +37,20 @@ HOW_TO_GET = (f"install Chromium (Debian/Ubuntu: apt-get install chromium; macOS
 
 _INVENTORY = """JSON.stringify({
   title: document.title,
-  rows: document.querySelectorAll('table.claims tbody tr').length,
+  rows: document.querySelectorAll('.board details.claim').length,
   images: Array.from(document.images).map(i => ({src: i.src, width: i.naturalWidth, ok: i.complete && i.naturalWidth > 0})),
   links: Array.from(document.querySelectorAll('a[href]')).map(a => a.href)})"""
+
+
+_LAYOUT = """JSON.stringify({
+  width: document.documentElement.clientWidth, scroll_width: document.documentElement.scrollWidth,
+  phenomena: Array.from(document.querySelectorAll('.phenomenon')).map(f => ({id: f.id,
+    bottom: f.getBoundingClientRect().bottom + scrollY, images: f.querySelectorAll('img').length})),
+  board_top: (document.querySelector('.board') || document.body).getBoundingClientRect().top + scrollY,
+  board_bottom: (document.querySelector('.board') || document.body).getBoundingClientRect().bottom + scrollY,
+  line: parseFloat(getComputedStyle(document.querySelector('.board summary span') || document.body).lineHeight),
+  rows: Array.from(document.querySelectorAll('.board details.claim')).map(d => ({id: d.id, open: d.open,
+    height: d.getBoundingClientRect().height}))})"""
 
 
 def find_chromium() -> str:
@@ -99,9 +113,11 @@ class Page:
         """Value of a JavaScript expression in the page."""
         return self.call("Runtime.evaluate", expression=expression, returnByValue=True)["result"].get("value")
 
-    def screenshot(self, out: Path | str) -> Path:
-        """PNG of the viewport, written to `out`."""
-        data = self.call("Page.captureScreenshot", format="png")["data"]
+    def screenshot(self, out: Path | str, height: float | None = None) -> Path:
+        """PNG of the viewport, or of the page's top `height` CSS pixels (beyond the viewport), written to `out`."""
+        clip = {} if height is None else {"captureBeyondViewport": True, "clip": {
+            "x": 0, "y": 0, "width": self.evaluate("document.documentElement.clientWidth"), "height": height, "scale": 1}}
+        data = self.call("Page.captureScreenshot", format="png", **clip)["data"]
         out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_bytes(base64.b64decode(data))
@@ -152,16 +168,32 @@ def inventory(page: Page) -> dict:
     return json.loads(page.evaluate(_INVENTORY))
 
 
+def layout(page: Page) -> dict:
+    """Where things sit on the loaded page (CSS pixels): viewport and scroll width, each phenomenon's bottom and
+    image count, the scoreboard's top and bottom, its line height, and each scoreboard line's height and state."""
+    return json.loads(page.evaluate(_LAYOUT))
+
+
+def _has_id(file: Path, fragment: str) -> bool:
+    """True if the HTML file has an element whose id is the fragment (as written, or percent-decoded)."""
+    text = file.read_text(encoding="utf-8", errors="replace")
+    return any(f'id="{f}"' in text for f in {fragment, unquote(fragment)})
+
+
 def problems(inv: dict) -> list:
-    """Why the page is broken (empty when it is whole): images that did not load, links to missing files
-    or outside the local folder."""
-    found = [f"image did not load: {i['src']}" for i in inv["images"] if not i["ok"]]
+    """Why the page is broken (empty when it is whole): images that did not load, links to missing files,
+    to a section the target does not have, or outside the local folder (data URIs are part of the file)."""
+    found = [f"image did not load: {i['src'][:60] if i['src'].startswith('data:') else i['src']}"
+             for i in inv["images"] if not i["ok"]]
     for href in inv["links"]:
         url = urlparse(href)
+        target = Path(unquote(url.path))
         if url.scheme != "file":
             found.append(f"link leaves the local folder: {href}")
-        elif not Path(unquote(url.path)).is_file():
+        elif not target.is_file():
             found.append(f"broken link: {href}")
+        elif url.fragment and not _has_id(target, url.fragment):
+            found.append(f"link to a missing section: {href}")
     return found
 
 

@@ -1,35 +1,55 @@
 """`reports/index.html`: the workbook's front page, a static file that opens without a server.
 
-It shows the claims scoreboard of `claims.json` (verdict colours, the paper's number beside ours), every
-figure in `figures/` and a link to each executed notebook's HTML in `html/`, all by relative paths so the
-folder can be opened, copied or served as it is. `build(profile)` writes it; the workbook runner calls it
-after the scoreboard. `gpolib.workbook.browser` checks it in a headless Chromium and takes its screenshot.
+Read top down it gives, at a glance:
+1. the four phenomena (`gpolib.lab.phenomena`): per phenomenon one figure, embedded in the file, and one sentence
+   with our number beside the paper's and the verdict word;
+2. the scoreboard of `claims.json`, one line per claim (id, claim, the paper's number, our headline number with
+   its interval, `report.headline`, the verdict as a coloured word), the full evidence and criterion folded under
+   each line (`<details>`) with a link to the notebook section that computes it (`section_anchor`);
+3. the executed notebooks' HTML and every figure, by relative paths.
+The lead and the scoreboard need no other file; the links and the gallery need the folder beside it. `build(profile)`
+writes it; the workbook runner calls it after the scoreboard, then retakes its screenshot (`screenshot`).
 """
 from __future__ import annotations
 
+import base64
 import json
+import re
 from html import escape
 from pathlib import Path
+from typing import Optional
+from urllib.parse import unquote
 
 from .. import paths
 
-VERDICT_COLOURS = {"reproduced": "#2e7d32", "partly": "#ef8f00", "not reproduced": "#c62828",
-                   "not yet run": "#757575"}
-"""background of the verdict cell, per verdict word (anything else: the 'not yet run' grey)"""
+VERDICT_COLOURS = {"reproduced": "#2e7d32", "partly": "#e65100", "inconclusive": "#1565c0",
+                   "not reproduced": "#c62828", "not tested": "#6d4c41", "not yet run": "#757575"}
+"""colour of the verdict word (anything else, e.g. 'smoke: no verdict': the 'not yet run' grey)"""
 SKIP_FIGURES = ("index_",)
 """figure name prefixes left off the page (its own screenshot)"""
 
 _CSS = """
-body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 1200px;
-       color: #222; padding: 0 1rem; }
-h1 { margin-bottom: 0.2rem; } .meta { color: #666; margin-top: 0; }
-table.claims { border-collapse: collapse; width: 100%; font-size: 0.9rem; }
-table.claims th, table.claims td { border: 1px solid #ddd; padding: 0.35rem 0.5rem; vertical-align: top; text-align: left; }
-table.claims th { background: #f3f3f3; }
-td.verdict { color: white; font-weight: 600; white-space: nowrap; }
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1.5rem auto; max-width: 1200px;
+       color: #222; padding: 0 1rem; line-height: 1.35; }
+h1 { margin-bottom: 0.2rem; } .meta { color: #666; margin-top: 0; } h2 { margin: 1.4rem 0 0.6rem; }
+.phenomena { display: grid; grid-template-columns: repeat(2, minmax(0, 1fr)); gap: 0.8rem; }
+.phenomenon { margin: 0; border: 1px solid #e3e3e3; border-radius: 6px; padding: 0.5rem 0.7rem; }
+.phenomenon img, .phenomenon .nofigure { display: block; width: 100%; height: 230px; object-fit: contain; }
+.phenomenon .nofigure { display: flex; align-items: center; justify-content: center; background: #f7f7f7; color: #777; }
+.phenomenon figcaption { font-size: 0.9rem; margin-top: 0.4rem; overflow-wrap: anywhere; }
+.board { font-size: 0.86rem; border-top: 1px solid #ddd; }
+.board .head, .board summary { display: grid; gap: 0.6rem; padding: 0.28rem 0.5rem;
+  grid-template-columns: 3rem minmax(0, 3fr) minmax(0, 2.2fr) minmax(0, 4.2fr) 8.4rem; }
+.board .head { font-weight: 600; background: #f3f3f3; }
+.board details { border-bottom: 1px solid #eee; } .board details[open] { background: #fcfcfc; }
+.board summary { cursor: pointer; list-style: none; } .board summary::-webkit-details-marker { display: none; }
+.board summary > span { white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
+.board .id::before { content: "\\25b8  "; color: #888; } .board details[open] .id::before { content: "\\25be  "; }
+.board .more { padding: 0.1rem 0.8rem 0.5rem 3.6rem; } .board .more p { margin: 0.3rem 0; overflow-wrap: anywhere; }
+.verdict { font-weight: 600; }
 ul.notebooks { columns: 2; } .figures { display: grid; grid-template-columns: repeat(auto-fill, minmax(360px, 1fr)); gap: 1rem; }
-figure { margin: 0; border: 1px solid #eee; padding: 0.5rem; } figure img { width: 100%; height: auto; }
-figcaption { font-size: 0.85rem; color: #444; text-align: center; }
+.figures figure { margin: 0; border: 1px solid #eee; padding: 0.5rem; } .figures img { width: 100%; height: auto; }
+.figures figcaption { font-size: 0.85rem; color: #444; text-align: center; }
 """
 
 
@@ -38,25 +58,70 @@ def _claims(reports: Path) -> list:
     return json.loads(f.read_text()) if f.exists() else []
 
 
-def scoreboard_html(claims: list, notebooks=()) -> str:
-    """The scoreboard table: id, claim, paper (source and number), ours, criterion, verdict, notebook
-    (a link where `notebooks` has its HTML)."""
-    head = "".join(f"<th>{h}</th>" for h in ("id", "claim", "paper", "paper's number", "ours", "criterion",
-                                              "verdict", "notebook"))
+def verdict_word(word: str) -> str:
+    """The verdict as a coloured word."""
+    colour = VERDICT_COLOURS.get(word, VERDICT_COLOURS["not yet run"])
+    return f'<span class="verdict" style="color:{colour}">{escape(word)}</span>'
+
+
+def section_anchor(html: str, claim_id: str) -> Optional[tuple]:
+    """(id as written, title) of the notebook section that computes a claim, from the heading ids of a notebook's HTML
+    (nbconvert: the heading text, spaces as '-', percent-encoded): the first heading that names the claim id,
+    else the first 'Verdict(s)' heading; None where neither exists."""
+    ids = re.findall(r'<h[1-6][^>]*\bid="([^"]+)"', html)
+    named = [i for i in ids if re.search(rf"(?<![A-Za-z0-9]){re.escape(claim_id)}(?![A-Za-z0-9])", unquote(i))]
+    found = named or [i for i in ids if i.startswith("Verdict")]
+    if not found:
+        return None
+    return found[0], unquote(found[0]).replace("-", " ")
+
+
+def _computed_in(rec: dict, anchor: Optional[tuple]) -> str:
+    """'computed in <link to the section>' (anchor: (href, title)), or the notebook's name where its HTML is missing."""
+    if anchor is None:
+        return f"computed in {escape(str(rec.get('notebook', '')))} (its HTML is not in this folder)"
+    return f'computed in <a href="{escape(anchor[0], quote=True)}">{escape(anchor[1])}</a>'
+
+
+def board_html(claims: list, anchors: dict) -> str:
+    """The scoreboard, one `<details>` line per claim (id, claim, paper's number, headline, verdict); opened: the
+    paper, our full numbers, the criterion and the notebook section. anchors: claim id -> (href, title) of the
+    section that computes it (`_anchors`)."""
+    from ..lab.report import headline
+
+    head = "".join(f"<span>{h}</span>" for h in ("id", "claim", "paper's number", "ours (95% interval)", "verdict"))
     rows = []
     for c in claims:
-        verdict = c.get("verdict", "not yet run")
-        colour = VERDICT_COLOURS.get(verdict, VERDICT_COLOURS["not yet run"])
-        nb = c.get("notebook", "")
-        cells = [escape(str(c.get(k, ""))) for k in ("id", "claim", "paper_name", "paper", "ours", "criterion")]
-        rows.append("<tr>" + "".join(f"<td>{x}</td>" for x in cells)
-                    + f'<td class="verdict" style="background:{colour}">{escape(verdict)}</td>'
-                    + f"<td>{_notebook_link(nb) if nb in notebooks else escape(nb)}</td></tr>")
-    return f'<table class="claims"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+        cells = [(c.get("id", ""), "id"), (c.get("claim", ""), "claim"), (c.get("paper", ""), "paper"),
+                 (headline(c) or "—", "ours")]
+        summary = "".join(f'<span class="{k}" title="{escape(str(v), quote=True)}">{escape(str(v))}</span>'
+                          for v, k in cells) + f"<span>{verdict_word(c.get('verdict', 'not yet run'))}</span>"
+        more = (f"<p><b>paper</b> {escape(str(c.get('paper_name', '')))}: {escape(str(c.get('paper', '')))}</p>"
+                f"<p><b>ours</b> {escape(str(c.get('ours', '')) or 'not yet run')}</p>"
+                f"<p><b>criterion</b> {escape(str(c.get('criterion', '')))}</p>"
+                f"<p>{_computed_in(c, anchors.get(c.get('id')))}"
+                f" · {len(c.get('runs', []))} runs</p>")
+        rows.append(f'<details class="claim" id="claim-{escape(str(c.get("id", "")), quote=True)}">'
+                    f'<summary>{summary}</summary><div class="more">{more}</div></details>')
+    return f'<div class="board"><div class="head">{head}</div>{"".join(rows)}</div>'
 
 
-def _notebook_link(stem: str) -> str:
-    return f'<a href="html/{escape(stem)}.html">{escape(stem)}</a>'
+def phenomena_html(claims: list, images: dict) -> str:
+    """The lead: per phenomenon its figure (images: claim id -> data URI, or None: not drawn) and one sentence,
+    ours beside the paper's number, the verdict word, a link to its scoreboard line."""
+    from ..lab import phenomena
+    from ..lab.report import headline
+
+    by_id, cards = {c.get("id"): c for c in claims}, []
+    for ph in phenomena.PHENOMENA:
+        rec, fig = by_id.get(ph.claim, {}), phenomena.FIGURES[ph.claim]
+        img = (f'<img src="{images[ph.claim]}" alt="{escape(fig)}">' if images.get(ph.claim)
+               else f'<div class="nofigure">figure {escape(fig)} not drawn yet</div>')
+        text = (f"<b>{escape(ph.title)}</b>: {escape(phenomena.sentence(ph, rec, headline(rec) if rec else ''))}; "
+                f"paper: {escape(str(rec.get('paper', '')))} — {verdict_word(rec.get('verdict', 'not yet run'))} "
+                + (f'(<a href="#claim-{ph.claim}">{ph.claim}</a>)' if rec else f"({ph.claim}: not in the scoreboard)"))
+        cards.append(f'<figure class="phenomenon" id="phenomenon-{ph.claim}">{img}<figcaption>{text}</figcaption></figure>')
+    return f'<div class="phenomena">{"".join(cards)}</div>'
 
 
 def figures_html(figures: list) -> str:
@@ -66,34 +131,72 @@ def figures_html(figures: list) -> str:
     return f'<div class="figures">{"".join(items)}</div>'
 
 
-def page(claims: list, figures: list, notebooks: list, profile: str, files=()) -> str:
-    """The whole page as a string. figures: names under figures/; notebooks: stems of html/<stem>.html;
-    files: other files of the reports folder to link at the top (claims.md, claims.json)."""
+def _notebook_link(stem: str) -> str:
+    return f'<a href="html/{escape(stem)}.html">{escape(stem)}</a>'
+
+
+def page(claims: list, figures: list, notebooks: list, profile: str, files=(), images=None, anchors=None) -> str:
+    """The whole page as a string. figures: names under figures/; notebooks: stems of html/<stem>.html; files:
+    other files of the reports folder to link at the top; images: claim id -> data URI of its phenomenon's figure;
+    anchors: claim id -> (href, title) of the notebook section that computes it."""
     links = "".join(f"<li>{_notebook_link(n)}</li>" for n in notebooks)
     top = "".join(f' · <a href="{escape(f)}">{escape(f)}</a>' for f in files)
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>gpolib workbook · {profile}</title>'
-            f"<style>{_CSS}</style></head><body>\n<h1>gpolib workbook</h1>"
-            f'<p class="meta">{escape(profile)} profile{top}</p>\n'
-            f"<h2>Claims scoreboard</h2>\n{scoreboard_html(claims, notebooks)}\n"
+            f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{_CSS}</style></head><body>\n'
+            f'<h1>gpolib workbook</h1><p class="meta">{escape(profile)} profile{top}</p>\n'
+            f"<h2>Four phenomena</h2>\n{phenomena_html(claims, images or {})}\n"
+            f"<h2>Claims scoreboard</h2>\n{board_html(claims, anchors or {})}\n"
             f'<h2>Executed notebooks</h2>\n<ul class="notebooks">{links}</ul>\n'
             f"<h2>Figures</h2>\n{figures_html(figures)}\n</body></html>\n")
 
 
-def build(profile: str = "full", root: Path | str | None = None) -> Path:
-    """Write `<reports>/index.html` from what is on disk now; returns its path."""
-    reports = paths.reports_dir(profile, root)
-    figs = sorted(p.name for p in paths.figures_dir(profile, root).glob("*.png")
-                  if not p.name.startswith(SKIP_FIGURES))
-    notebooks = sorted(p.stem for p in paths.html_dir(profile, root).glob("*.html"))
-    files = [f for f in ("claims.md", "claims.json") if (reports / f).exists()]
-    text = page(_claims(reports), figs, notebooks, profile, files)
-    out = reports / "index.html"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text, encoding="utf-8")
+def _images(figures_dir: Path) -> dict:
+    """claim id -> data URI of its phenomenon's figure (None where the file is missing)."""
+    from ..lab import phenomena
+
+    out = {}
+    for cid, name in phenomena.FIGURES.items():
+        f = figures_dir / name
+        out[cid] = f"data:image/png;base64,{base64.b64encode(f.read_bytes()).decode()}" if f.is_file() else None
     return out
 
 
-if __name__ == "__main__":  # python -m gpolib.workbook.index [profile]: rewrite the page without running the workbook
+def _anchors(claims: list, html_dir: Path) -> dict:
+    """claim id -> (href, title) of the section of its notebook's HTML that computes it; (href, stem) where no
+    section is found; no entry where the notebook has no HTML."""
+    out, texts = {}, {}
+    for c in claims:
+        nb, cid = c.get("notebook", ""), c.get("id", "")
+        f = html_dir / f"{nb}.html"
+        if not f.is_file():
+            continue
+        texts.setdefault(nb, f.read_text(encoding="utf-8"))
+        sec = section_anchor(texts[nb], cid)
+        out[cid] = (f"html/{nb}.html#{sec[0]}", f"{nb} · {sec[1]}") if sec else (f"html/{nb}.html", nb)
+    return out
+
+
+def build(profile: str = "full", root: Path | str | None = None) -> Path:
+    """Write `<reports>/index.html` from what is on disk now (if its content changed); returns its path."""
+    reports, figs_dir = paths.reports_dir(profile, root), paths.figures_dir(profile, root)
+    figs = sorted(p.name for p in figs_dir.glob("*.png") if not p.name.startswith(SKIP_FIGURES))
+    notebooks = sorted(p.stem for p in paths.html_dir(profile, root).glob("*.html"))
+    files = [f for f in ("claims.md", "claims.json") if (reports / f).exists()]
+    claims = _claims(reports)
+    text = page(claims, figs, notebooks, profile, files, _images(figs_dir), _anchors(claims, paths.html_dir(profile, root)))
+    out = reports / "index.html"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if not (out.exists() and out.read_text(encoding="utf-8") == text):
+        out.write_text(text, encoding="utf-8")
+    return out
+
+
+if __name__ == "__main__":  # python -m gpolib.workbook.index [profile]: the page (and, full, its screenshot) alone
     import sys
 
-    print(build(sys.argv[1] if len(sys.argv) > 1 else "full"))
+    from . import screenshot
+
+    chosen = sys.argv[1] if len(sys.argv) > 1 else "full"
+    print(f"report page: {paths.relative(build(chosen))}")
+    if chosen == "full":
+        print(screenshot.retake(chosen))

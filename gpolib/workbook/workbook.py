@@ -202,10 +202,10 @@ def _run_one(job: Job, tag: str, profile: str, root: Path) -> dict:
 
 
 def _report(profile: str, root: Path, before: dict) -> None:
-    """Rebuild the scoreboard (and the README's, full profile) and the report page (index.html), say whether
-    any verdict changed."""
+    """Rebuild the scoreboard (and the README's, full profile), the report page (index.html) and, full profile,
+    its screenshot; say whether any verdict changed."""
     from ..lab import report  # the claims' verdicts import the lab modules: only when a report is built
-    from . import index
+    from . import index, screenshot
     from .progress import verdict_changes
 
     changed_files = report.build(profile, root=root)
@@ -213,6 +213,8 @@ def _report(profile: str, root: Path, before: dict) -> None:
     if profile == "full" and report.update_readme(profile, root=root):
         print("README scoreboard updated", flush=True)
     print(f"report page: {paths.relative(index.build(profile, root=root))}", flush=True)
+    if profile == "full":  # README's screenshot shows the full profile's page
+        print(screenshot.retake(profile, root), flush=True)
     changes = verdict_changes(before, _verdicts(profile, root))
     if not before:
         print("verdicts: no earlier scoreboard to compare with", flush=True)
