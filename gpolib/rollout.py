@@ -141,23 +141,26 @@ def hf_generate(model, tokenizer, prompts: list, group_size: int, max_new_tokens
 
 
 def hf_sample(model, tokenizer, prompts: list, group_size: int, max_new_tokens: int,
-              temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False, engine: str = "hf") -> Rollout:
+              temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False, engine: str = "hf",
+              weights: str | None = None) -> Rollout:
     """Sample `group_size` completions per prompt with the engine's compacting KV-cache loop (`gpolib.engine.sample`;
-    engine 'hf': the transformers forward, LoRA merged; 'auto': the engine's decoder where supported)."""
+    engine 'hf': the transformers forward, LoRA merged; 'auto': the engine's decoder where supported; weights:
+    the decoder's quantized weight format, `SampleSpec.weights`)."""
     from .engine import sample
 
     p_ids, p_mask = _prompts(tokenizer, prompts, group_size, next(model.parameters()).device)  # (B, P)
-    spec = _spec(tokenizer, max_new_tokens, temperature, top_p, greedy, engine)
+    spec = _spec(tokenizer, max_new_tokens, temperature, top_p, greedy, engine, weights)
     c_ids, logps = sample(model, p_ids, p_mask, spec)  # (B, T) each
     return to_rollout(tokenizer, prompts, group_size, p_ids, p_mask, c_ids, logps)
 
 
-def _spec(tokenizer, max_new_tokens: int, temperature: float, top_p: float, greedy: bool, engine: str = "auto"):
+def _spec(tokenizer, max_new_tokens: int, temperature: float, top_p: float, greedy: bool, engine: str = "auto",
+          weights: str | None = None):
     """The engine's `SampleSpec` of one rollout (EOS and padding from the tokenizer)."""
     from .engine import SampleSpec
 
     return SampleSpec(max_new_tokens=max_new_tokens, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
-                      temperature=temperature, top_p=top_p, greedy=greedy, engine=engine)
+                      temperature=temperature, top_p=top_p, greedy=greedy, engine=engine, weights=weights)
 
 
 def to_rollout(tokenizer, prompts, group_size, p_ids, p_mask, c_ids, logps) -> Rollout:
@@ -182,11 +185,15 @@ def autocast(dtype, device: str):
 
 
 def generate(model, tokenizer, prompts: list, group_size: int, max_new_tokens: int, temperature: float = 1.0,
-             top_p: float = 1.0, backend: str = "decoder", greedy: bool = False, engine=None) -> Rollout:
-    """Roll out with the chosen backend; `engine` is a prepared vLLM engine for backend='vllm'."""
+             top_p: float = 1.0, backend: str = "decoder", greedy: bool = False, engine=None,
+             weights: str | None = None) -> Rollout:
+    """Roll out with the chosen backend; `engine` is a prepared vLLM engine for backend='vllm'; `weights` a
+    quantized weight format of the decoder (backend='decoder' only; the model must be one it supports)."""
+    if weights is not None and backend != "decoder":
+        raise ValueError(f"weights={weights!r} needs backend='decoder', got backend={backend!r}")
     if backend in ("hf", "decoder"):
         return hf_sample(model, tokenizer, prompts, group_size, max_new_tokens, temperature, top_p, greedy,
-                         engine="hf" if backend == "hf" else "auto")
+                         engine="hf" if backend == "hf" else "decoder" if weights else "auto", weights=weights)
     if backend == "hf_generate":
         return hf_generate(model, tokenizer, prompts, group_size, max_new_tokens, temperature, top_p, greedy)
     if backend == "vllm":

@@ -101,9 +101,9 @@ class Trainer:
         (common random numbers), never the training seed; the 'vllm' engine samples with its own generator.
         """
         torch.manual_seed(self.cfg.eval_seed)
-        ro = self.rollout(self.eval_tasks, self.cfg.eval_samples, temperature=EVAL_TEMPERATURE, top_p=1.0)
+        ro = self.rollout(self.eval_tasks, self.cfg.eval_samples, temperature=EVAL_TEMPERATURE, top_p=1.0, held_out=True)
         correct, _ = self.score(ro, self.eval_tasks)
-        greedy = self.rollout(self.eval_tasks, 1, greedy=True)
+        greedy = self.rollout(self.eval_tasks, 1, greedy=True, held_out=True)
         g_correct, _ = self.score(greedy, self.eval_tasks)
         return {"step": step, "acc/sample": float(correct.mean()), "acc/greedy": float(g_correct.mean()),
                 **length_stats(ro, correct)}
@@ -120,8 +120,9 @@ class Trainer:
         return rng.sample(self.train_tasks, self.cfg.prompts_per_step)
 
     def rollout(self, tasks: list, group_size: int, greedy: bool = False, temperature: float | None = None,
-                top_p: float | None = None) -> Rollout:
-        """Sample `group_size` responses per task at the run's temperature and top-p unless given."""
+                top_p: float | None = None, held_out: bool = False) -> Rollout:
+        """Sample `group_size` responses per task at the run's temperature and top-p unless given. The engine's
+        quantized weights (`rollout_weights`) serve training rollouts only: held-out ones use the policy's own."""
         c = self.cfg
         self.model.eval()
         with cpu_threads(c.rollout_threads if self.device == "cpu" else 0), autocast(c.rollout_autocast, self.device):
@@ -130,7 +131,7 @@ class Trainer:
                 self.engine.sync(self.model, self.sched.last_epoch)
             return generate(self.model, self.tok, prompts, group_size, c.max_new_tokens,
                             c.temperature if temperature is None else temperature, c.top_p if top_p is None else top_p,
-                            c.backend, greedy=greedy, engine=self.engine)
+                            c.backend, greedy=greedy, engine=self.engine, weights=None if held_out else c.rollout_weights)
 
     def score(self, ro: Rollout, tasks: list) -> tuple:
         """Correctness (B,) and shaped reward (B,) of a rollout."""

@@ -158,6 +158,11 @@ def _check_moe_and_engine(cfg) -> None:
     if cfg.train_router and cfg.backend == "vllm":
         fail("train_router", True, "False with backend='vllm' (the engine receives LoRA weights only)")
     choice("rollout_autocast", cfg.rollout_autocast, (None,) + AUTOCAST_DTYPES)
+    choice("rollout_weights", cfg.rollout_weights, (None, "int8"))
+    if cfg.rollout_weights is not None and cfg.backend != "decoder":
+        fail("rollout_weights", cfg.rollout_weights, f"None with backend={cfg.backend!r} (the decoder quantizes)")
+    if cfg.rollout_weights is not None and cfg.rollout_autocast is not None:
+        fail("rollout_weights", cfg.rollout_weights, "None with rollout_autocast (one reduced-precision engine)")
     if cfg.routing_replay and cfg.old_logps == "engine":  # update.pi_old would silently not replay
         fail("routing_replay", True, "False with old_logps='engine' (the rollout engine does not record its routing)")
 

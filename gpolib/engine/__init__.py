@@ -50,7 +50,7 @@ def sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, spec: Sam
     """
     B, P = prompt_ids.shape
     u = None if spec.greedy else torch.rand(B, spec.max_new_tokens, device=prompt_ids.device)  # (B, T) uniforms
-    weights = for_engine(model, P + spec.max_new_tokens, spec.engine)
+    weights = for_engine(model, P + spec.max_new_tokens, spec.engine, spec.weights)
     if weights is None:
         with merged_lora(model):
             ids, lp = decode_loop(HFNet(model), prompt_ids, prompt_mask, spec, u)

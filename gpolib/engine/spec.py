@@ -32,6 +32,9 @@ class SampleSpec:
     """which forward computes the logits: one of ENGINES"""
     plan: tuple | None = None
     """(row shards, torch threads) of the decoder on the CPU; None: the planner's (`plan.Planner`)"""
+    weights: str | None = None
+    """the decoder's projections quantized to this format of `quant.WEIGHT_FORMATS` ('int8'; None: the model's own
+    weights); only with engine='decoder'"""
     kernels: str | None = None
     """the decoder's C++ kernels, one of `native.KERNELS`; None: the process's setting where the environment sets
     one (`native.kernels_setting`), else the fastest measured on this machine (`kernel_choice.default`)"""
@@ -39,4 +42,7 @@ class SampleSpec:
     def __post_init__(self):
         if self.engine not in ENGINES:
             raise ValueError(f"engine={self.engine!r} is invalid; allowed: {' | '.join(ENGINES)}")
+        if self.weights is not None and self.engine != "decoder":
+            raise ValueError(f"weights={self.weights!r} needs engine='decoder' (the transformers forward is not "
+                             f"quantized), got engine={self.engine!r}")
         object.__setattr__(self, "kernels", kernel_choice.resolve(self.kernels))

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import torch
 
+from .quant import quantizer, stacked
+
 SUPPORTED = ("qwen3", "qwen3_moe", "qwen2")
 """`config.model_type`s that `Decoder` implements; others use the transformers forward."""
 
@@ -41,18 +43,19 @@ def _lora_delta(mod):
     return delta
 
 
-def _linear(mod) -> tuple:
-    """Effective (W (out, in), b (out,) or None) of an nn.Linear, LoRA included."""
+def _linear(mod, q=None) -> tuple:
+    """Effective (W (out, in), b (out,) or None) of an nn.Linear, LoRA included; `q` applied to W (`quant`)."""
     delta = _lora_delta(mod)
     base = mod.get_base_layer() if hasattr(mod, "get_base_layer") else mod
     if type(base) is not torch.nn.Linear:
         raise Unsupported(f"projection {type(base).__name__}")
     w = base.weight.detach()  # LoRA factors may be kept in fp32 beside a bf16 base: the sum takes the base's dtype
-    return (w if delta is None else (w + delta).to(w.dtype)), (None if base.bias is None else base.bias.detach())
+    w = w if delta is None else (w + delta).to(w.dtype)
+    return (w if q is None else q(w)), (None if base.bias is None else base.bias.detach())
 
 
-def _experts(mod) -> tuple:
-    """Effective (gate_up (E, 2I, H), down (E, H, I)) of a Qwen3-MoE experts block, LoRA included."""
+def _experts(mod, q=None) -> tuple:
+    """Effective (gate_up (E, 2I, H), down (E, H, I)) of a Qwen3-MoE experts block, LoRA included, `q` applied."""
     deltas = {}
     while type(mod).__name__ == "ParamWrapper":
         d = _lora_delta(mod)
@@ -62,7 +65,8 @@ def _experts(mod) -> tuple:
     if type(mod).__name__ != "Qwen3MoeExperts" or getattr(mod, "is_transposed", False):
         raise Unsupported(f"experts {type(mod).__name__}")
     gate_up, down = mod.gate_up_proj.detach(), mod.down_proj.detach()
-    return (gate_up + deltas.get("gate_up_proj", 0)).to(gate_up.dtype), (down + deltas.get("down_proj", 0)).to(down.dtype)
+    gate_up, down = (gate_up + deltas.get("gate_up_proj", 0)).to(gate_up.dtype), (down + deltas.get("down_proj", 0)).to(down.dtype)
+    return (gate_up, down) if q is None else (stacked(q, gate_up), stacked(q, down))
 
 
 def _cat_bias(biases: list, sizes: list, like: torch.Tensor):
@@ -72,11 +76,12 @@ def _cat_bias(biases: list, sizes: list, like: torch.Tensor):
                       for b, n in zip(biases, sizes)])
 
 
-def attention_weights(attn, head_dim: int, ln: torch.Tensor) -> dict:
+def attention_weights(attn, head_dim: int, ln: torch.Tensor, q=None) -> dict:
     """w_qkv (H, Nq + 2 Nkv) with the input norm's weight `ln` folded in, b_qkv, w_o (Nq, H), b_o, and the
-    q/k head-norm weight (n_heads + n_kv, d) (None without head norms; 1/sqrt(d) on its query rows)."""
-    (wq, bq), (wk, bk), (wv, bv) = (_linear(attn.q_proj), _linear(attn.k_proj), _linear(attn.v_proj))
-    wo, bo = _linear(attn.o_proj)
+    q/k head-norm weight (n_heads + n_kv, d) (None without head norms; 1/sqrt(d) on its query rows).
+    `q`: quantizer of the projections, applied before anything is folded in."""
+    (wq, bq), (wk, bk), (wv, bv) = (_linear(attn.q_proj, q), _linear(attn.k_proj, q), _linear(attn.v_proj, q))
+    wo, bo = _linear(attn.o_proj, q)
     scale = head_dim ** -0.5
     has_norm = hasattr(attn, "q_norm")
     if not has_norm:  # q k^T / sqrt(d) = (q / sqrt(d)) k^T
@@ -104,17 +109,18 @@ def _router(gate):
     return gate.modules_to_save[gate.active_adapters[0]]
 
 
-def mlp_weights(mlp, ln: torch.Tensor) -> dict:
+def mlp_weights(mlp, ln: torch.Tensor, q=None) -> dict:
     """Dense SwiGLU: w_gu (H, 2I) [gate | up], w_down (I, H). MoE: router (H, E), experts (E, H, 2I) and
-    (E, I, H), and the same experts side by side, (H, E 2I) and (E I, H). `ln` folded into the input rows."""
+    (E, I, H), and the same experts side by side, (H, E 2I) and (E I, H). `ln` folded into the input rows after the
+    quantizer `q` (None: none) was applied to the projections (not the router)."""
     col = ln.unsqueeze(1)  # (H, 1)
     if hasattr(mlp, "gate_proj"):
-        (wg, _), (wu, _), (wd, _) = _linear(mlp.gate_proj), _linear(mlp.up_proj), _linear(mlp.down_proj)
+        (wg, _), (wu, _), (wd, _) = _linear(mlp.gate_proj, q), _linear(mlp.up_proj, q), _linear(mlp.down_proj, q)
         return dict(w_gu=(torch.cat([wg, wu]).t() * col).contiguous(), w_down=wd.t().contiguous())
     gate = _router(mlp.gate)
     if type(gate).__name__ != "Qwen3MoeTopKRouter" or _lora_delta(gate) is not None:
         raise Unsupported(f"router {type(gate).__name__}")
-    gate_up, down = _experts(mlp.experts)
+    gate_up, down = _experts(mlp.experts, q)
     e_gu = (gate_up.transpose(1, 2) * col).contiguous()  # (E, H, 2I)
     e_down = down.transpose(1, 2).contiguous()  # (E, I, H)
     E, H, I2 = e_gu.shape
@@ -139,32 +145,34 @@ def _cast_matrices(w: dict, dtype) -> dict:
     return {**w, "head": w["head"].to(dtype), "layers": layers}
 
 
-def for_engine(model, width: int, engine: str):
-    """`read(model, width)` where `engine` ('auto' | 'decoder' | 'hf', `spec.ENGINES`) allows the decoder and it
-    supports the model; else None (the transformers forward). engine='decoder' raises Unsupported instead."""
+def for_engine(model, width: int, engine: str, quantized: str | None = None):
+    """`read(model, width, quantized)` where `engine` ('auto' | 'decoder' | 'hf', `spec.ENGINES`) allows the decoder
+    and it supports the model; else None (the transformers forward). engine='decoder' raises Unsupported instead."""
     if engine == "hf":
         return None
     try:
-        return read(model, width)
+        return read(model, width, quantized)
     except Unsupported:
         if engine == "decoder":
             raise
         return None
 
 
-def read(model, width: int) -> dict:
+def read(model, width: int, quantized: str | None = None) -> dict:
     """Everything `Decoder` needs from `model` (plain or peft-wrapped); raises Unsupported otherwise.
+    quantized: a weight format of `quant.WEIGHT_FORMATS` for the projections (None: the model's own weights).
     Under torch.autocast the matrices come in the autocast dtype (a reduced-precision engine), read and folded in
     the model's own dtype first (autocast off: the LoRA products B A are not rounded before they are added)."""
     device = next(model.parameters()).device
     low = autocast_dtype(device)
     with torch.autocast(device.type, enabled=False):
-        w = _read(model, width)
+        w = _read(model, width, quantizer(quantized))
     return w if low is None or low == w["embed"].dtype else _cast_matrices(w, low)
 
 
-def _read(model, width: int) -> dict:
-    """`read` in the model's own dtype; width: the positions of the RoPE table (prompt + new tokens)."""
+def _read(model, width: int, q=None) -> dict:
+    """`read` in the model's own dtype; width: the positions of the RoPE table (prompt + new tokens); q: the
+    projections' quantizer or None."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     cfg, inner = base.config, getattr(base, "model", None)
     if cfg.model_type not in SUPPORTED or inner is None or type(inner.embed_tokens) is not torch.nn.Embedding:
@@ -181,8 +189,8 @@ def _read(model, width: int) -> dict:
         raise Unsupported("lm_head bias")
     embed = inner.embed_tokens.weight.detach()  # (V, H)
     d = inner.layers[0].self_attn.head_dim
-    layers = [dict(**attention_weights(l.self_attn, d, l.input_layernorm.weight.detach()),
-                   **mlp_weights(l.mlp, l.post_attention_layernorm.weight.detach())) for l in inner.layers]
+    layers = [dict(**attention_weights(l.self_attn, d, l.input_layernorm.weight.detach(), q),
+                   **mlp_weights(l.mlp, l.post_attention_layernorm.weight.detach(), q)) for l in inner.layers]
     cos, sin = inner.rotary_emb(embed[:1].unsqueeze(0), torch.arange(width, device=embed.device).unsqueeze(0))
     half = d // 2
     return dict(embed=embed, head=(w_head.t() * inner.norm.weight.detach().unsqueeze(1)).contiguous(),  # (H, V)
