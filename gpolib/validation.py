@@ -21,6 +21,7 @@ DEVICES = ("cpu", "cuda", "auto")
 DTYPES = ("float32", "bfloat16", "float16")
 PROMPT_STYLES = ("auto", "raw", "chat")
 AUTOCAST_DTYPES = ("bfloat16", "float16")
+ROLLOUT_WEIGHTS = ("int8",)
 REPORT_TO = ("none", "tensorboard")
 SURROGATES = ("clip", "cispo", "gmpo")
 MISMATCH_CORRECTIONS = ("none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
@@ -158,7 +159,7 @@ def _check_moe_and_engine(cfg) -> None:
     if cfg.train_router and cfg.backend == "vllm":
         fail("train_router", True, "False with backend='vllm' (the engine receives LoRA weights only)")
     choice("rollout_autocast", cfg.rollout_autocast, (None,) + AUTOCAST_DTYPES)
-    choice("rollout_weights", cfg.rollout_weights, (None, "int8"))
+    choice("rollout_weights", cfg.rollout_weights, (None,) + ROLLOUT_WEIGHTS)
     if cfg.rollout_weights is not None and cfg.backend != "decoder":
         fail("rollout_weights", cfg.rollout_weights, f"None with backend={cfg.backend!r} (the decoder quantizes)")
     if cfg.rollout_weights is not None and cfg.rollout_autocast is not None:

@@ -14,8 +14,7 @@ import warnings
 
 import torch
 
-WEIGHT_FORMATS = ("int8",)
-"""the quantized weight formats of the decoder (`TrainConfig.rollout_weights`); None: the model's own weights"""
+from ..validation import ROLLOUT_WEIGHTS as WEIGHT_FORMATS  # the decoder's quantized weight formats, one list
 
 
 def int8_per_channel(w: torch.Tensor) -> torch.Tensor:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from . import dapo, gfpo
+from . import dapo, gfpo, report
 
 FIGURES = {"S1": "02_within_response.png", "D2": "01_d2_panel.png", "P3": "08_expert_change.png",
            "F1": "05_gfpo_elr.png"}
@@ -37,13 +37,8 @@ class Phenomenon:
 
 def part(rec: dict, what: str) -> Optional[dict]:
     """The judgement part of a claim record whose text starts with `what` (the judging rule's quantity), or None."""
-    todo = [rec.get("judgement") or {}]
-    while todo:
-        p = todo.pop(0)
-        if str(p.get("text", "")).startswith(what):
-            return p
-        todo += p.get("parts", [])
-    return None
+    return next((p for p in report.judged_parts(rec.get("judgement") or {}) if str(p.get("text", "")).startswith(what)),
+                None)
 
 
 def interval_words(p: Optional[dict], fmt: str, scale: float = 1.0, unit: str = "") -> str:

@@ -152,9 +152,9 @@ def collect(profile: str = "full", root: Path | str | None = None) -> list[dict]
     return rows
 
 
-def _judged(p: dict) -> list:
+def judged_parts(p: dict) -> list:
     """The judged parts of a judgement, depth first (the judgement itself first)."""
-    return [p] + [q for sub in p.get("parts", []) for q in _judged(sub)]
+    return [p] + [q for sub in p.get("parts", []) for q in judged_parts(sub)]
 
 
 def _decimals(lo: float, hi: float) -> int:
@@ -166,7 +166,7 @@ def headline(rec: dict) -> str:
     """Our headline number, short: the first judged mean (or slope) with its interval, number first
     ('+0.107 [+0.091, +0.123] held-out accuracy (T = 1), GRPO - base'); else the first part's text with its
     per-seed numbers first; else the record's `ours` ('' for a claim not yet run)."""
-    parts = _judged({**(rec.get("judgement") or {}), "text": str(rec.get("ours", ""))})
+    parts = judged_parts({**(rec.get("judgement") or {}), "text": str(rec.get("ours", ""))})
     for p in parts:
         centre = p.get("mean", p.get("slope"))
         if centre is not None and p.get("interval") and None not in p["interval"]:
