@@ -3,7 +3,7 @@
 
 One rollout of 16 train prompts x 8 of the embedded dense policy (GRPO defaults; LoRA B drawn N(0, 0.02), a trained
 adapter, so the engine's folded LoRA is exercised), sampled by the run's engine with no autocast (fp32) unless
-`--autocast bfloat16` (the bf16 engine) or `--weights int8` (the 8-bit weight-quantized engine,
+`--autocast bfloat16` (the bf16 engine) or `--weights int8 | w8a8` (the 8-bit engines, weights only or weights and activations,
 `TrainConfig.rollout_weights`; claim C3's condition: its mismatch exceeds the bf16 engine's); then the trainer's
 no-grad recompute of the same tokens (`Trainer.policy_logps`). With
 d_t = log pi_trainer - log pi_engine on real completion tokens, prints
@@ -11,7 +11,7 @@ d_t = log pi_trainer - log pi_engine on real completion tokens, prints
   exp(d_t) - d_t - 1 (`mismatch/kl` of `gpolib.is_weights`);
 - per sequence: max and mean of |sum_t d_t| (the sequence log ratio) and of |mean_t d_t| (GSPO's length-normalised one).
 
-    python benchmarks/old_logps_drift.py [--autocast bfloat16 | --weights int8] [--seed S] [--json out.json]
+    python benchmarks/old_logps_drift.py [--autocast bfloat16 | --weights int8 | --weights w8a8] [--seed S] [--json out.json]
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def drift(engine: torch.Tensor, trainer: torch.Tensor, mask: torch.Tensor) -> di
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--autocast", default=None, help="rollout autocast dtype (default: none, fp32 engine)")
-    ap.add_argument("--weights", default=None, help="rollout weights: int8 (default: none, the policy's fp32)")
+    ap.add_argument("--weights", default=None, help="rollout weights: int8 | w8a8 (default: none, the policy's fp32)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None, help="also write the numbers to this JSON file")
     args = ap.parse_args()

@@ -130,9 +130,10 @@ class TrainConfig:
     backend then computes its matmuls and keeps its KV cache in that dtype (norms, softmax and the residual stream
     in float32, `gpolib.engine.decoder`); the 'hf' backend runs the transformers forward under the autocast."""
     rollout_weights: Optional[str] = None
-    """None or 'int8': the decoder samples training rollouts with its projections quantized per output channel to
-    int8 (W8A32, `gpolib.engine.quant`), an 8-bit rollout engine; the trainer and held-out evaluation use the
-    float32 policy. backend='decoder' only, not with rollout_autocast."""
+    """None, 'int8' or 'w8a8': the decoder samples training rollouts with its projections quantized per output
+    channel to int8 ('int8': weights only, W8A32; 'w8a8': their input activations too, per token;
+    `gpolib.engine.quant`), an 8-bit rollout engine; the trainer and held-out evaluation use the float32 policy.
+    backend='decoder' only, not with rollout_autocast."""
     backend: str = "decoder"
     """rollout engine: 'decoder' (gpolib/engine/decoder.py: the Qwen3 / Qwen3-MoE / Qwen2 layers re-written for
     decoding, preallocated KV cache, LoRA folded in, finished rows dropped; other architectures use 'hf'),

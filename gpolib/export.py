@@ -84,7 +84,7 @@ def _common_missing(cfg: TrainConfig) -> list:
     if getattr(cfg, "rollout_autocast", None) is not None:
         out.append(f"rollout_autocast={cfg.rollout_autocast!r} (CPU stand-in for a reduced-precision rollout engine)")
     if getattr(cfg, "rollout_weights", None) is not None:
-        out.append(f"rollout_weights={cfg.rollout_weights!r} (CPU stand-in for an 8-bit weight-quantized rollout engine)")
+        out.append(f"rollout_weights={cfg.rollout_weights!r} (CPU stand-in for an 8-bit quantized rollout engine)")
     if getattr(cfg, "advantage_estimator", "group") != "group":
         out.append(f"advantage_estimator={cfg.advantage_estimator!r} (value-model advantages, PPO/VAPO: "
                    "only group advantages are exported)")

@@ -8,7 +8,7 @@ import torch
 
 from gpolib import presets
 from gpolib.engine import SampleSpec, sample
-from gpolib.engine.quant import int8_per_channel, stacked
+from gpolib.engine.quant import int8_per_channel, int8_per_token, stacked
 from gpolib.engine.weights import for_engine
 from gpolib.eval_cache import EVAL_FIELDS
 from gpolib.export import UnsupportedFeature, to_trl, to_verl
@@ -96,3 +96,73 @@ def test_identity_export_and_evaluation(tiny_cfg):
     on = ro.completion_mask.bool()
     trainer = q.policy_logps(ro)  # (B, T) float32 policy
     assert (ro.sample_logps - trainer)[on].abs().mean() > 1e-4
+
+
+# ---------------------------------------------------------------- W8A8: int8 activations per token as well
+
+def test_int8_per_token_hand_values_and_rows():
+    """One scale per row of the last dim, any leading shape: row [1, -0.5, 0.25] -> [1, -64/127, 32/127]."""
+    x = torch.tensor([[[1.0, -0.5, 0.25], [0.01, 0.02, -0.03]]])  # (1, 2, 3)
+    want = torch.tensor([[[1.0, -64 / 127, 32 / 127], [42 * 0.03 / 127, 85 * 0.03 / 127, -0.03]]])
+    got = int8_per_token(x)
+    assert got.shape == x.shape and torch.allclose(got, want, atol=1e-7, rtol=0)
+    assert torch.equal(int8_per_token(got), got)  # a quantized row is on its own grid
+
+
+def _w8a8_reference(model):
+    """The transformers model as the 'w8a8' decoder computes: projection weights int8 per output row, then each
+    RMSNorm's weight folded into the columns of the projections it feeds (norm weight 1), and every projection's
+    input quantized per token by a forward pre-hook. Dense models only (the experts' inner product has no hook)."""
+    q = _quantized_copy(model)
+    hooks = []
+    with torch.no_grad():
+        for layer in q.model.layers:
+            for norm, projs in ((layer.input_layernorm, (layer.self_attn.q_proj, layer.self_attn.k_proj,
+                                                         layer.self_attn.v_proj)),
+                                (layer.post_attention_layernorm, (layer.mlp.gate_proj, layer.mlp.up_proj))):
+                for p in projs:
+                    p.weight.mul_(norm.weight.unsqueeze(0))
+                norm.weight.fill_(1.0)
+    for name, mod in q.named_modules():
+        if name.rsplit(".", 1)[-1] in PROJECTIONS:
+            hooks.append(mod.register_forward_pre_hook(lambda m, args: (int8_per_token(args[0]),)))
+    return q
+
+
+def test_w8a8_decoder_equals_the_quantized_forward_with_quantized_inputs(tok):  # noqa: F811
+    """Dense, in float64 (where no input sits within rounding noise of a quantization boundary; in float32 about 1%
+    of tokens flip one step and carry it along their row): 'w8a8' sampling log-probs equal the transformers forward
+    of `_w8a8_reference` to 1e-5, and sit further from the unquantized model than the weight-only engine's."""
+    model = random_model("dense", tok, torch.float64)
+    ids, mask = _prompt_batch(tok, group=4)
+    torch.manual_seed(3)
+    c, lp = sample(model, ids, mask, _spec(tok, 40, engine="decoder", weights="w8a8", plan=(1, 1)))
+    cm = completion_masks(c, tok.eos_token_id)[0]
+    on = cm.bool()
+    with torch.inference_mode():
+        ref = completion_logps(_w8a8_reference(model), ids, mask, c, cm)
+        fp32 = completion_logps(model, ids, mask, c, cm)
+        w8 = completion_logps(_quantized_copy(model), ids, mask, c, cm)
+    assert (lp - ref)[on].abs().max().item() <= 1e-5
+    assert (lp - fp32)[on].abs().mean() > 1.5 * (w8 - fp32)[on].abs().mean()  # activations add error
+
+
+def test_w8a8_moe_paths_agree(tok, monkeypatch):  # noqa: F811
+    """MoE 'w8a8': the all-experts path (few tokens) and the grouped path give the same log-probs (each expert's
+    SwiGLU product quantized per (token, expert) row in both), and differ from the weight-only engine's."""
+    from gpolib.engine import decoder
+
+    model = random_model("moe", tok, torch.float64)  # float64: no rounding-noise flips (see above)
+    ids, mask = _prompt_batch(tok, group=4)
+    out = {}
+    for name, below in (("dense", 10 ** 9), ("grouped", 0)):
+        monkeypatch.setattr(decoder, "MOE_DENSE_BELOW", below)
+        torch.manual_seed(3)
+        out[name] = sample(model, ids, mask, _spec(tok, 24, engine="decoder", weights="w8a8", plan=(1, 1),
+                                                   kernels="none"))
+    assert torch.equal(out["dense"][0], out["grouped"][0])
+    cm = completion_masks(out["dense"][0], tok.eos_token_id)[0].bool()
+    assert (out["dense"][1] - out["grouped"][1])[cm].abs().max() <= 1e-5
+    with torch.inference_mode():
+        w8 = completion_logps(_quantized_copy(model), ids, mask, out["dense"][0], cm.float())
+    assert (out["dense"][1] - w8)[cm].abs().mean() > 1e-4

@@ -27,6 +27,10 @@ its output back to the residual stream's (`_mm`), the KV cache is kept in that d
 (norms, RoPE, softmax, SiLU, the residual stream, the draw) stays in float32, the split of autocast's own op
 lists. The casts are explicit, so the sampling threads of `plan` (autocast is thread-local) compute
 the same.
+
+8-bit engines (`TrainConfig.rollout_weights`, `quant`): 'int8' quantizes the projections' weights only; 'w8a8'
+quantizes their input rows too, per token (`_qin`, the layer's `act_q`), before every projection but the router and
+the LM head.
 """
 from __future__ import annotations
 
@@ -51,6 +55,12 @@ def _add_mm_(out: torch.Tensor, a: torch.Tensor, w: torch.Tensor) -> torch.Tenso
     return out.addmm_(a, w) if a.dtype == w.dtype == out.dtype else out.add_(_mm(a, w))
 
 
+def _qin(a: torch.Tensor, lw: dict) -> torch.Tensor:
+    """A projection's input as the layer's engine sees it: quantized per row under 'w8a8' (`quant.int8_per_token`)."""
+    q = lw.get("act_q")
+    return a if q is None else q(a)
+
+
 def _normed(x: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
     """x / sqrt(mean(x^2) + eps) over the last dim, in fp32 (as the model's RMSNorm). `eps` a 0-dim tensor:
     sum(x*x) * (1/n) + eps in one `add` (no Python scalars, each of which costs a conversion on CPU)."""
@@ -71,11 +81,12 @@ def _softmax(s: torch.Tensor) -> torch.Tensor:
     return torch.softmax(s, dim=-1, dtype=torch.float32).to(s.dtype)
 
 
-def _swiglu(x: torch.Tensor, w_gu: torch.Tensor, w_down: torch.Tensor, out: torch.Tensor | None = None):
-    """[out +] down(silu(gate x) * up x); x (m, H), w_gu (H, 2I), w_down (I, H) -> (m, H)."""
-    h = _mm(x, w_gu)  # (m, 2I)
+def _swiglu(x: torch.Tensor, w_gu: torch.Tensor, w_down: torch.Tensor, out: torch.Tensor | None = None, lw=None):
+    """[out +] down(silu(gate x) * up x); x (m, H), w_gu (H, 2I), w_down (I, H) -> (m, H); inputs by `_qin(., lw)`."""
+    h = _mm(x if lw is None else _qin(x, lw), w_gu)  # (m, 2I)
     n = h.shape[-1] // 2
     a = F.silu(h[:, :n]).mul_(h[:, n:])  # (m, I)
+    a = a if lw is None else _qin(a, lw)
     return _mm(a, w_down) if out is None else _add_mm_(out, a, w_down)  # out: the residual stream, in place
 
 
@@ -88,9 +99,11 @@ def _moe(x: torch.Tensor, lw: dict, out: torch.Tensor) -> torch.Tensor:
     w = w.to(x.dtype)
     m, (E, I) = x.shape[0], lw["e_down"].shape[:2]
     if m < MOE_DENSE_BELOW:  # all experts, weight 0 off the top-k: two matmuls
+        x = _qin(x, lw)  # the experts' input (the router read it unquantized)
         gate = torch.zeros(m, E, 1, dtype=x.dtype, device=x.device).scatter_(1, experts.unsqueeze(2), w.unsqueeze(2))
         h = _mm(x, lw["all_gu"]).view(m, E, 2 * I)
-        a = F.silu(h[..., :I]).mul_(h[..., I:]).mul_(gate)  # (m, E, I)
+        a = F.silu(h[..., :I]).mul_(h[..., I:])  # (m, E, I)
+        a = _qin(a, lw).mul_(gate)  # each expert's SwiGLU product quantized per (token, expert) row, as when grouped
         return _add_mm_(out, a.view(m, E * I), lw["all_down"])
     flat = experts.reshape(-1)  # (m k,)
     order = flat.argsort()
@@ -98,13 +111,13 @@ def _moe(x: torch.Tensor, lw: dict, out: torch.Tensor) -> torch.Tensor:
     xs, parts, s = x[token], [], 0
     for e, c in enumerate(torch.bincount(flat, minlength=E).tolist()):
         if c:
-            parts.append(_swiglu(xs[s:s + c], lw["e_gu"][e], lw["e_down"][e]))
+            parts.append(_swiglu(xs[s:s + c], lw["e_gu"][e], lw["e_down"][e], lw=lw))
             s += c
     return out.index_add_(0, token, torch.cat(parts) * w.reshape(-1)[order].unsqueeze(1))
 
 
 def _mlp(h: torch.Tensor, x: torch.Tensor, lw: dict) -> torch.Tensor:
-    return _swiglu(h, lw["w_gu"], lw["w_down"], out=x) if "w_gu" in lw else _moe(h, lw, x)
+    return _swiglu(h, lw["w_gu"], lw["w_down"], out=x, lw=lw) if "w_gu" in lw else _moe(h, lw, x)
 
 
 class Decoder:
@@ -169,7 +182,7 @@ class Decoder:
     def _qkv(self, h, i: int, lw: dict, cos, sin, bn: tuple) -> tuple:
         """Projections, head norms and RoPE: h (b n, H) -> q (b, n, nq, d), k, v (b, n, nkv, d)."""
         nq, nkv, d = self.n_q, self.n_kv, self.d
-        w, bias = lw["w_qkv"], lw["b_qkv"]
+        w, bias, h = lw["w_qkv"], lw["b_qkv"], _qin(h, lw)
         qkv = _mm(h, w) if bias is None else torch.addmm(bias, h, w) if h.dtype == w.dtype else _mm(h, w) + bias
         qkv = qkv.view(*bn, nq + 2 * nkv, d)
         qk = qkv[..., :nq + nkv, :]  # (b, n, nq + nkv, d)
@@ -179,7 +192,7 @@ class Decoder:
         return qk[..., :nq, :], qk[..., nq:, :], qkv[..., nq + nkv:, :]
 
     def _out(self, x, o, lw: dict) -> torch.Tensor:
-        _add_mm_(x, o, lw["w_o"])  # residual + o_proj, in place
+        _add_mm_(x, _qin(o, lw), lw["w_o"])  # residual + o_proj, in place
         return x if lw["b_o"] is None else x.add_(lw["b_o"])
 
     def step(self, tok: torch.Tensor, pos: torch.Tensor, col: int) -> torch.Tensor:

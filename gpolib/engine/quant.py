@@ -1,4 +1,4 @@
-"""Weight-only int8 quantization of the decoder's projections (an 8-bit rollout engine, `TrainConfig.rollout_weights`).
+"""8-bit quantization of the decoder's projections (the 8-bit rollout engines, `TrainConfig.rollout_weights`).
 
 Each projection's effective weight W (out, in), LoRA delta folded in, is quantized per output channel (per row),
 symmetrically, with torch's own quantizer:
@@ -6,7 +6,14 @@ symmetrically, with torch's own quantizer:
 (`torch.quantize_per_channel` to qint8, zero point 0, then `.dequantize()`), so |W~_oi - W_oi| <= s_o / 2 =
 max_i |W_oi| / 254. The decoder then computes with W~ in float32: the weights carry 8 bits, the matmuls, the
 activations and the KV cache stay float32 (weight-only quantization, W8A32). The embedding, the LM head and an MoE
-router are not quantized (as weight-only int8 schemes commonly keep them).
+router are not quantized (as weight-only int8 schemes commonly keep them). This is format 'int8'.
+
+Format 'w8a8' adds dynamic per-token int8 activations (as 8-bit serving engines run their linear layers): the input
+rows x_t (t a token) of every quantized projection are quantized on the fly the same way, one scale per row,
+    s_t = max_i |x_ti| / 127,   x~_t = s_t clamp(round(x_t / s_t), -128, 127)
+(`int8_per_token`, the same torch quantizer per row). The input of a projection is the RMS-normalised residual
+before the norm's weight (which `weights` folds into the matrix), the attention output, and the SwiGLU product.
+The router's input, the attention scores, the KV cache and the LM head stay float32.
 """
 from __future__ import annotations
 
@@ -28,13 +35,26 @@ def int8_per_channel(w: torch.Tensor) -> torch.Tensor:
     return q.dequantize().to(w.dtype)
 
 
+def int8_per_token(x: torch.Tensor) -> torch.Tensor:
+    """Activations x (..., in) -> x~ in x's dtype: symmetric int8 with one scale per row (module docstring, 'w8a8')."""
+    return int8_per_channel(x.reshape(-1, x.shape[-1])).view(x.shape)
+
+
+def _check(fmt: str | None) -> None:
+    if fmt is not None and fmt not in WEIGHT_FORMATS:
+        raise ValueError(f"rollout weights {fmt!r} are invalid; allowed: None | {' | '.join(WEIGHT_FORMATS)}")
+
+
 def quantizer(fmt: str | None):
     """The function applied to every projection's (out, in) weight for `fmt` (None: none)."""
-    if fmt is None:
-        return None
-    if fmt == "int8":
-        return int8_per_channel
-    raise ValueError(f"rollout weights {fmt!r} are invalid; allowed: None | {' | '.join(WEIGHT_FORMATS)}")
+    _check(fmt)
+    return None if fmt is None else int8_per_channel
+
+
+def activation_quantizer(fmt: str | None):
+    """The function applied to every quantized projection's input rows for `fmt`: None for None and 'int8' (W8A32)."""
+    _check(fmt)
+    return int8_per_token if fmt == "w8a8" else None
 
 
 def stacked(q, w: torch.Tensor) -> torch.Tensor:

@@ -33,8 +33,8 @@ class SampleSpec:
     plan: tuple | None = None
     """(row shards, torch threads) of the decoder on the CPU; None: the planner's (`plan.Planner`)"""
     weights: str | None = None
-    """the decoder's projections quantized to this format of `quant.WEIGHT_FORMATS` ('int8'; None: the model's own
-    weights); only with engine='decoder'"""
+    """the decoder's projections quantized to this format of `quant.WEIGHT_FORMATS` ('int8': weights, W8A32;
+    'w8a8': weights and activations; None: the model's own weights); only with engine='decoder'"""
     kernels: str | None = None
     """the decoder's C++ kernels, one of `native.KERNELS`; None: the process's setting where the environment sets
     one (`native.kernels_setting`), else the fastest measured on this machine (`kernel_choice.default`)"""

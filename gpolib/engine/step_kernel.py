@@ -96,10 +96,11 @@ def available() -> bool:
 
 
 def supports(weights: dict) -> bool:
-    """The weights are a dense model's (no MoE layer) in float32 on the CPU, and the kernel is available."""
+    """The weights are a dense model's (no MoE layer) in float32 on the CPU, without quantized activations
+    ('w8a8', `quant`), and the kernel is available."""
     mats = [weights["embed"], weights["head"]] + [lw[k] for lw in weights["layers"] for k in ("w_qkv", "w_o")]
     return (all(t.dtype == torch.float32 and t.device.type == "cpu" for t in mats) and weights["d"] % 2 == 0
-            and all("w_gu" in lw for lw in weights["layers"]) and available())
+            and all("w_gu" in lw and lw.get("act_q") is None for lw in weights["layers"]) and available())
 
 
 def for_weights(weights: dict) -> "FusedStep":

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from .quant import quantizer, stacked
+from .quant import activation_quantizer, quantizer, stacked
 
 SUPPORTED = ("qwen3", "qwen3_moe", "qwen2")
 """`config.model_type`s that `Decoder` implements; others use the transformers forward."""
@@ -167,6 +167,9 @@ def read(model, width: int, quantized: str | None = None) -> dict:
     low = autocast_dtype(device)
     with torch.autocast(device.type, enabled=False):
         w = _read(model, width, quantizer(quantized))
+    aq = activation_quantizer(quantized)
+    for lw in w["layers"]:
+        lw["act_q"] = aq  # the projections' input quantizer (`quant`, 'w8a8'), None: float inputs
     return w if low is None or low == w["embed"].dtype else _cast_matrices(w, low)
 
 
