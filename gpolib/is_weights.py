@@ -55,7 +55,14 @@ def mismatch_correction(trainer_logps: torch.Tensor, engine_logps: torch.Tensor,
     share of masked tokens whose weight was truncated or masked (every token of a sequence, in sequence modes).
     """
     mask = mask.to(trainer_logps.dtype)
-    weights = mismatch_weights(trainer_logps, engine_logps, mask, mode, cap)
+    return mismatch_weights(trainer_logps, engine_logps, mask, mode, cap), mismatch_diagnostics(
+        trainer_logps, engine_logps, mask, mode, cap)
+
+
+def mismatch_diagnostics(trainer_logps: torch.Tensor, engine_logps: torch.Tensor, mask: torch.Tensor, mode: str,
+                         cap: float) -> dict:
+    """`mismatch_correction`'s diagnostics alone (the weights of `mode` at `cap` counted, not applied)."""
+    mask = mask.to(trainer_logps.dtype)
     # log w_t = log pi_old(o_t) - log pi_engine(o_t)
     log_w = ((trainer_logps - engine_logps) * mask).detach()  # (B, T)
     # k3 = w - log w - 1
@@ -64,4 +71,4 @@ def mismatch_correction(trainer_logps: torch.Tensor, engine_logps: torch.Tensor,
     changed = (raw > cap).to(mask.dtype).expand_as(mask)  # (B, T)
     info = {"mismatch/kl": Mean.of(k3, mask), "mismatch/clipped_share": Mean.of(changed, mask),
             "mismatch/max_log_ratio": Max.of(log_w.abs(), mask)}
-    return weights, info
+    return info

@@ -52,12 +52,13 @@ METRICS: dict[str, Metric] = {
     "clip/high_pi_old": Metric("pi_old of up-clipped tokens", update=True),
     "pi_old/mean": Metric("mean pi_old of tokens", update=True), "ratio/mean": Metric("mean importance ratio", update=True),
     "ratio/log_std": Metric("std of log ratio", update=True, missing=0.0),
+    "ratio/log_range": Metric("range of the log ratio over tokens with gradient (max - min)", update=True),
     "kl/mean": Metric("KL (nats/token)", update=True, missing=0.0),
     "update/skipped": Metric("update skipped (0/1)", update=True, missing=0),
-    # the rollout/trainer mismatch correction (loss.mismatch_correction; written only when it is on)
+    # the rollout/trainer mismatch (written when the correction is on or the engine is a reduced-precision one)
     "mismatch/kl": Metric("KL(engine || trainer) k3 (nats/token)"),
     "mismatch/max_log_ratio": Metric("max |log pi_old / pi_engine|"),
-    "mismatch/clipped_share": Metric("mismatch weight truncated or masked (fraction of tokens)"),
+    "mismatch/clipped_share": Metric("mismatch weight above its cap: truncated or masked (fraction of tokens)"),
     # MoE policies only (`moe.expert_change`, GSPO Sec. 5.3): activated experts that change per optimiser step
     "moe/expert_change": Metric("activated experts changed per update (fraction, mean over layers)"),
     **{f"moe/expert_change/l{i}": Metric(f"activated experts changed per update, layer {i} (fraction)")
@@ -136,6 +137,28 @@ class Max:
     def __add__(self, other: "Max") -> "Max":
         vals = [v for v in (self.value, other.value) if v is not None]
         return type(self)(max(vals) if vals else None)
+
+
+@dataclass(frozen=True)
+class Range:
+    """max - min over the masked positions, pooled by `+` (the union of the parts); None when nothing was measured."""
+
+    low: Optional[float]
+    high: Optional[float]
+
+    @classmethod
+    def of(cls, values, mask) -> "Range":
+        """The range of `values` where `mask` is 1 (tensors of one shape)."""
+        picked = values[mask.bool()]
+        return cls(*(float(picked.min()), float(picked.max())) if picked.numel() else (None, None))
+
+    def __add__(self, other: "Range") -> "Range":
+        parts = [r for r in (self, other) if r.low is not None]
+        return type(self)(min(r.low for r in parts), max(r.high for r in parts)) if parts else self
+
+    @property
+    def value(self) -> Optional[float]:
+        return None if self.low is None else self.high - self.low
 
 
 class Share(Mean):

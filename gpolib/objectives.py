@@ -14,8 +14,8 @@ import torch
 
 from .config import LossConfig
 from .geometric import geometric_ratio, ratio_space_range
-from .is_weights import cispo_surrogate, mismatch_correction
-from .metrics import Mean, Share
+from .is_weights import cispo_surrogate, mismatch_correction, mismatch_diagnostics
+from .metrics import Mean, Range, Share
 from .validation import ADV_SCALES, AGGREGATIONS, RATIO_LEVELS
 
 ADV_EPS = 1e-4
@@ -161,7 +161,8 @@ def policy_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.
     J = aggregate( w * f(r, A) - beta * k3 );  loss = -J, with f the surrogate (`surrogate_terms`; 'clip':
     min(r A, clip(r, 1-eps_low, 1+eps_high) A)) and w the detached mismatch weight (1 unless
     cfg.mismatch_correction is on; engine_logps (B, T) are then required; TRL 1.16 weights its per-token
-    loss the same way, before the KL term). `info` maps metric names to additive `Mean`s over the masked
+    loss the same way, before the KL term). engine_logps given without a correction: `mismatch/*` measured only
+    (clipped_share: the tokens TIS at the cap would truncate). `info` maps metric names to additive `Mean`s over the masked
     tokens (see `ratio_diagnostics`; with beta > 0 also `kl/mean`, with the correction `mismatch/*`).
     """
     mask = mask.to(logps.dtype)
@@ -171,7 +172,7 @@ def policy_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.
     # 2. f(r, A), e.g. min(r A, clip(r, 1 - eps_low, 1 + eps_high) A)
     per_token = surrogate_terms(logps, old_logps, ratio, advantages, mask, cfg)  # (B, T)
     info = ratio_diagnostics(ratio.detach(), logps.detach(), old_logps, advantages, mask, cfg)
-    # 3. times w = sg(TIS / MIS weight of pi_old / pi_engine)
+    # 3. times w = sg(TIS / MIS weight of pi_old / pi_engine); measured wherever engine log-probs are given
     if cfg.mismatch_correction != "none":
         if engine_logps is None:
             raise ValueError(f"engine_logps are required when mismatch_correction={cfg.mismatch_correction!r}")
@@ -179,6 +180,8 @@ def policy_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.
                                                      cfg.mismatch_correction, cfg.mismatch_cap)
         per_token = per_token * weights  # (B, T)
         info.update(mismatch_info)
+    elif engine_logps is not None:
+        info.update(mismatch_diagnostics(old_logps, engine_logps.detach(), mask, "token_truncate", cfg.mismatch_cap))
     # 4. minus beta * k3 to the reference
     if cfg.beta > 0:
         if ref_logps is None:
@@ -216,7 +219,8 @@ def ratio_diagnostics(ratio: torch.Tensor, logps: torch.Tensor, old_logps: torch
 
     clip/low, clip/high, clip/frac: shares of tokens clipped below, above, either (`Share`s);
     clip/high_pi_old: mean pi_old of the tokens clipped above (DAPO Sec. 3.1: mostly low-probability tokens);
-    pi_old/mean, ratio/mean; ratio/log_std: std of log r_{i,t} (token level whatever the ratio level).
+    pi_old/mean, ratio/mean; ratio/log_std: std of log r_{i,t} (token level whatever the ratio level);
+    ratio/log_range: max - min of log r_{i,t} over tokens with a gradient (A != 0, not clipped; GMPO's ratio range).
     """
     eps = ratio_space_range(cfg.eps_low, cfg.eps_high) if cfg.surrogate == "gmpo" else (cfg.eps_low, cfg.eps_high)
     low, high = clip_masks(ratio, advantages, *eps)  # (B, T) each
@@ -225,10 +229,14 @@ def ratio_diagnostics(ratio: torch.Tensor, logps: torch.Tensor, old_logps: torch
     n = mask.sum().clamp(min=1)
     mean_lr = (log_r * mask).sum() / n
     log_std = float(torch.sqrt(((log_r - mean_lr) ** 2 * mask).sum() / n))
+    adv = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages  # (B, 1) or (B, T)
+    # (B, T): A != 0 and not clipped (CISPO's clipped IS weight keeps the gradient)
+    with_grad = mask.bool() & (adv != 0) & (True if cfg.surrogate == "cispo" else ~(low | high))
     return {"clip/low": Share.of(low, mask), "clip/high": Share.of(high, mask),
             "clip/frac": Share.of(low | high, mask), "clip/high_pi_old": Mean.of(p_old, high * mask),
             "pi_old/mean": Mean.of(p_old, mask), "ratio/mean": Mean.of(ratio, mask),
-            "ratio/log_std": Mean(log_std * float(mask.sum()), float(mask.sum()))}
+            "ratio/log_std": Mean(log_std * float(mask.sum()), float(mask.sum())),
+            "ratio/log_range": Range.of(log_r, with_grad)}
 
 
 # --- GAE: token-level advantages from a value model (PPO / VAPO baselines) ---------

@@ -158,8 +158,9 @@ def _micro_step(policy: Policy, cfg, batch: Batch, rows: torch.Tensor, totals: t
     old_lp = lp.detach() if old is None else old[rows]
     ref = ref_logps(policy, batch, rows) if c.loss.beta > 0 else None
     mask, adv = batch.loss_mask[rows].to(policy.device), batch.advantages[rows].to(policy.device)
-    # TIS / MIS: the rollout engine's log-probs of the sampled tokens, passed only when the correction is on
-    on = c.loss.mismatch_correction != "none"
+    # TIS / MIS: the rollout engine's log-probs of the sampled tokens, passed when the correction is on or the
+    # engine computes in reduced precision (its mismatch then measured, `mismatch/*`)
+    on = c.loss.mismatch_correction != "none" or c.rollout_weights is not None or c.rollout_autocast is not None
     engine = {"engine_logps": ro.sample_logps[rows].to(policy.device)} if on else {}
     loss, info = policy_loss(lp, old_lp, adv, mask, c.loss, ref, **engine)
     loss = loss * subset_scale(c.loss.aggregation, len(rows), n_rows_all, float(mask.sum()), n_tok_all)

@@ -307,3 +307,43 @@ def test_rloo_is_dr_grpo_centred_reward_times_g_over_g_minus_1():
     assert torch.allclose(rloo, group_advantages(rewards, G, "none") * G / (G - 1), atol=1e-6, rtol=0)
     # by hand, first group [1, 0, 0, 1]: 1 - (0 + 0 + 1) / 3 = 2/3, 0 - 2/3 = -2/3
     assert torch.allclose(rloo[:4], torch.tensor([2 / 3, -2 / 3, -2 / 3, 2 / 3]), atol=1e-6, rtol=0)
+
+
+def test_log_ratio_range_counts_only_tokens_with_gradient():
+    """ratio/log_range = max - min of log r over tokens with A != 0 that the clip leaves a gradient. By hand, DAPO
+    (0.2 / 0.28): row 1 (A = 1) ratios 0.5, 0.9, 1.0, 1.3, 1.5 -> 1.3 and 1.5 clipped above; row 2 (A = -1)
+    0.5, 0.7 clipped below, 1.0 and 1.3 kept (the last token masked); row 3 has A = 0 (no gradient, ratio 3).
+    Kept: 0.5, 0.9, 1.0 (row 1), 1.0, 1.3 (row 2) -> log 1.3 - log 0.5. CISPO keeps every token with A != 0:
+    log 1.5 - log 0.5. Pooled parts give the union's range."""
+    mask = torch.tensor([[1.0, 1, 1, 1, 1], [1, 1, 1, 1, 0], [1, 1, 1, 1, 1]])
+    r = torch.tensor([[0.5, 0.9, 1.0, 1.3, 1.5], [0.5, 0.7, 1.0, 1.3, 9.0], [3.0, 1, 1, 1, 1]])
+    old, adv = torch.zeros(3, 5), torch.tensor([1.0, -1.0, 0.0])
+    _, info = policy_loss(torch.log(r), old, adv, mask, DAPO)
+    assert info["ratio/log_range"].value == pytest.approx(math.log(1.3) - math.log(0.5), rel=1e-6)
+    cispo = LossConfig(ratio_level="token", surrogate="cispo", eps_low=1.0, eps_high=0.2, aggregation="token_mean")
+    _, info = policy_loss(torch.log(r), old, adv, mask, cispo)
+    assert info["ratio/log_range"].value == pytest.approx(math.log(1.5) - math.log(0.5), rel=1e-6)
+    a, b = (policy_loss(torch.log(r[[i]]), old[[i]], adv[[i]], mask[[i]], DAPO)[1]["ratio/log_range"] for i in (0, 1))
+    assert (a + b).value == pytest.approx(math.log(1.3) - math.log(0.5), rel=1e-6)
+    assert policy_loss(torch.log(r[[2]]), old[[2]], adv[[2]], mask[[2]], DAPO)[1]["ratio/log_range"].value is None
+
+
+def test_engine_logps_without_correction_are_measured_not_applied():
+    """engine_logps with mismatch_correction='none': the loss is the uncorrected one, mismatch/* are logged
+    (clipped_share: the tokens TIS at C = 2 would truncate); equal to the correction's diagnostics."""
+    trainer = torch.log(torch.tensor([[0.9, 0.3, 0.5]]))
+    engine = torch.log(torch.tensor([[0.3, 0.3, 0.4]]))  # w = 3, 1, 1.25
+    mask, adv = torch.ones(1, 3), torch.tensor([1.0])
+    plain, _ = policy_loss(trainer, trainer, adv, mask, GRPO)
+    loss, info = policy_loss(trainer, trainer, adv, mask, GRPO, engine_logps=engine)
+    assert loss.item() == plain.item()
+    assert info["mismatch/clipped_share"].value == pytest.approx(1 / 3)
+    assert info["mismatch/max_log_ratio"].value == pytest.approx(math.log(3.0), rel=1e-6)
+    k3 = [w - math.log(w) - 1 for w in (3.0, 1.0, 1.25)]
+    assert info["mismatch/kl"].value == pytest.approx(sum(k3) / 3, rel=1e-6)
+    tis = LossConfig(ratio_level="token", eps_low=0.2, eps_high=0.2, aggregation="seq_mean_token_mean",
+                     mismatch_correction="token_truncate", mismatch_cap=2.0)
+    corrected, tis_info = policy_loss(trainer, trainer, adv, mask, tis, engine_logps=engine)
+    assert corrected.item() != plain.item()
+    assert {k: tis_info[k].value for k in info if k.startswith("mismatch/")} == \
+        {k: info[k].value for k in info if k.startswith("mismatch/")}
