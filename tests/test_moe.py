@@ -333,7 +333,7 @@ def test_loop_with_a_bf16_engine_as_pi_old(tiny_cfg, monkeypatch):
     assert stats["token_mismatch"] > 0 and stats["seq_mismatch"] > 0
     seen = []
     real = upd.policy_loss
-    monkeypatch.setattr(upd, "policy_loss", lambda lp, old, adv, *a: seen.append((old, adv)) or real(lp, old, adv, *a))
+    monkeypatch.setattr(upd, "policy_loss", lambda lp, old, adv, *a, **kw: seen.append((old, adv)) or real(lp, old, adv, *a, **kw))
     before = router_weights(tr.model)
     metrics = tr.update(batch, 0)
     assert all(torch.equal(b, a) for b, a in zip(before, router_weights(tr.model)))  # router frozen by default
