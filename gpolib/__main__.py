@@ -23,6 +23,8 @@ def add_pretrain(sub) -> None:
     p.add_argument("--arch", choices=["dense", "moe", "moe-fine"], default="dense")
     p.add_argument("--steps", type=int, default=None, help="optimizer steps (default: the recipe's)")
     p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--micro-batches", type=int, default=None,
+                   help="rows sorted by length into this many micro-batches, gradients accumulated (default: 1)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="", help="output directory (default: data/models/tiny-qwen3[-moe])")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
@@ -32,7 +34,8 @@ def cmd_pretrain(args) -> int:
     setup_threads(args.threads)
     from gpolib.pretrain import PretrainConfig, pretrain
 
-    overrides = {k: v for k, v in (("steps", args.steps), ("batch_size", args.batch_size)) if v is not None}
+    overrides = {k: v for k, v in (
+        ("steps", args.steps), ("batch_size", args.batch_size), ("micro_batches", args.micro_batches)) if v is not None}
     cfg = PretrainConfig(arch=args.arch, seed=args.seed, out=args.out, **overrides)
     losses = pretrain(cfg)
     print(jsonio.dumps({"out": cfg.out, "steps": len(losses), "final_loss": losses[-1]}))

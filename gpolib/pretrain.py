@@ -50,6 +50,11 @@ class PretrainConfig:
     """AdamW weight decay"""
     p_long: float = 0.3
     """probability that an SFT product is written long (digit by digit) instead of directly"""
+    micro_batches: int = 1
+    """the batch's rows sorted by length and cut into this many micro-batches, each trimmed to its own longest row,
+    gradients accumulated: the same cross-entropy (summed over the batch's completion tokens, divided by their
+    count) with less padding; the load-balancing loss is the mean of the micro-batches'. Measured on the
+    fine-grained MoE (2 threads, batch 64): 4 micro-batches 2.0-2.4 s per step against 4.1-5.8 s padded"""
     seed: int = 0
     """seeds torch and the data stream"""
     out: str = ""
@@ -60,6 +65,8 @@ class PretrainConfig:
             raise ValueError(f"arch={self.arch!r} is invalid; allowed: {sorted(EMBEDDED)}")
         if self.steps < 1 or self.batch_size < 1:
             raise ValueError(f"steps={self.steps}, batch_size={self.batch_size}: both must be >= 1")
+        if not 1 <= self.micro_batches <= self.batch_size:
+            raise ValueError(f"micro_batches={self.micro_batches} must be in [1, batch_size={self.batch_size}]")
         self.out = self.out or str(repo_root() / EMBEDDED[self.arch])
 
 
@@ -96,6 +103,33 @@ def sft_batch(reserved: set[str], tok, rng: random.Random, cfg: PretrainConfig):
     return ids, mask, labels
 
 
+def batch_step(model, batch: tuple, micro_batches: int, is_moe: bool) -> float:
+    """Forward + backward of one SFT batch (ids, mask, labels), each (B, T); returns its loss.
+
+    micro_batches = 1: one padded forward (transformers' loss: mean cross-entropy over the labelled tokens, plus
+    router_aux_loss_coef x the load-balancing loss on MoE). micro_batches > 1: rows sorted by length, cut into that
+    many chunks, each trimmed to its longest row; each chunk's cross-entropy is summed and divided by the batch's
+    labelled-token count (`num_items_in_batch`), its load-balancing term weighted 1 / micro_batches."""
+    ids, mask, labels = batch
+    if micro_batches == 1:
+        out = model(input_ids=ids, attention_mask=mask, labels=labels, output_router_logits=is_moe)
+        out.loss.backward()
+        return out.loss.item()
+    n_items = (labels[:, 1:] != -100).sum()  # the tokens the shifted labels score
+    lengths = mask.sum(dim=1)  # (B,)
+    total = 0.0
+    for rows in torch.argsort(lengths, stable=True).chunk(micro_batches):
+        T = int(lengths[rows].max())
+        out = model(input_ids=ids[rows, :T], attention_mask=mask[rows, :T], labels=labels[rows, :T],
+                    output_router_logits=is_moe, num_items_in_batch=n_items)
+        loss = out.loss
+        if is_moe:  # transformers adds coef x aux at full weight per call: keep 1 / micro_batches of it
+            loss = loss - model.config.router_aux_loss_coef * out.aux_loss * (1 - 1 / micro_batches)
+        loss.backward()
+        total += loss.item()
+    return total
+
+
 def pretrain(cfg: PretrainConfig, show_progress: bool = True) -> list[float]:
     """Train from scratch, save model + tokenizer + train_log.json to cfg.out; returns the loss curve.
 
@@ -113,13 +147,11 @@ def pretrain(cfg: PretrainConfig, show_progress: bool = True) -> list[float]:
     for step in (bar := tqdm(range(cfg.steps), disable=not show_progress, desc=f"pretrain {cfg.arch}")):
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cfg)
-        ids, mask, labels = sft_batch(reserved, tok, rng, cfg)
-        out = model(input_ids=ids, attention_mask=mask, labels=labels, output_router_logits=is_moe)
         opt.zero_grad(set_to_none=True)
-        out.loss.backward()
+        loss = batch_step(model, sft_batch(reserved, tok, rng, cfg), cfg.micro_batches, is_moe)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        losses.append(round(out.loss.item(), 6))
+        losses.append(round(loss, 6))
         bar.set_postfix(loss=f"{losses[-1]:.3f}")
     wall = time.perf_counter() - start
     save(model, cfg, losses, wall)
@@ -192,11 +224,14 @@ def _recipe_lines(log: dict, cfg: dict) -> list[str]:
             f"  product at an allowed step with p={P_MUL} (the RL splits are harder: {'/'.join(map(str, SPLIT_N_OPS))}",
             f"  operators, p={SPLIT_P_MUL}); the val and held-out prompts excluded; one SFT completion each; every",
             f"  product written long (digit by digit) with p={rc['p_long']}, else directly; every written result correct.",
-            f"- Loss: cross-entropy on completion tokens and EOS only{aux}.",
+            f"- Loss: cross-entropy on completion tokens and EOS only{aux}."
+            + (f" Each batch in {rc['micro_batches']} micro-batches of rows of similar length (less padding; "
+               "`PretrainConfig.micro_batches`)." if rc.get("micro_batches", 1) > 1 else ""),
             f"- Wall time: {log['wall_s']} s on {log['torch_threads']} CPU threads; "
             f"final loss {log['loss'][-1]:.4f} (curve in `train_log.json`).", "",
             "Rebuild:", "", "```",
-            f"python -m gpolib pretrain --arch {rc['arch']} --steps {rc['steps']} --seed {rc['seed']}",
+            f"python -m gpolib pretrain --arch {rc['arch']} --steps {rc['steps']} --seed {rc['seed']}"
+            + (f" --micro-batches {rc['micro_batches']}" if rc.get("micro_batches", 1) > 1 else ""),
             f"python benchmarks/base_metrics.py --arch {rc['arch']} --write-card", "```", ""]
 
 

@@ -58,18 +58,22 @@ def expert_load(model, ro) -> np.ndarray:
 def rebuild_base(arch: str, out_dir, steps: int | None = None) -> list:
     """Pretrain an embedded base policy into `out_dir` (never data/models); reuse a finished rebuild.
 
-    steps=None runs the shipped recipe; fewer steps reproduce the start of its loss curve (the warm-up
-    learning rate does not depend on the total). Returns the loss curve.
+    The recipe is the shipped model's own (its train_log.json: steps, batch, micro-batches, lr, ...).
+    steps=None runs it whole; fewer steps reproduce the start of its loss curve (the warm-up learning rate does
+    not depend on the total). Returns the loss curve.
     """
+    from dataclasses import fields
+
     from ..models import EMBEDDED
     from ..paths import resolve
     from ..pretrain import PretrainConfig, pretrain
 
-    cfg = PretrainConfig(arch=arch, out=str(out_dir), **({} if steps is None else {"steps": steps}))
+    shipped = json.loads((resolve(EMBEDDED[arch]) / "train_log.json").read_text())
+    recipe = {f.name: shipped["config"][f.name] for f in fields(PretrainConfig) if f.name in shipped["config"]}
+    cfg = PretrainConfig(**{**recipe, "arch": arch, "out": str(out_dir), **({} if steps is None else {"steps": steps})})
     log = Path(out_dir) / "train_log.json"
     if log.exists() and json.loads(log.read_text())["config"]["steps"] == cfg.steps:
         return json.loads(log.read_text())["loss"]
-    shipped = json.loads((resolve(EMBEDDED[arch]) / "train_log.json").read_text())
     before = torch.get_num_threads()
     torch.set_num_threads(shipped["torch_threads"])  # the shipped curve's thread count: same float sums
     try:
