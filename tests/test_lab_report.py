@@ -45,6 +45,15 @@ GOOD = {  # F2 shares F1's evidence (below)
     "R2": {"growth_grpo": [30.0, 20.0, 25.0], "growth_dr": [10.0, 5.0, 8.0]},
     "V1": {"mem_ppo": 2.0, "mem_grpo": 1.0, "time_ppo": 1.5, "time_grpo": 1.0},
     "V2": {"acc_vapo": [0.6, 0.6, 0.6], "acc_dapo": [0.55, 0.56, 0.57], "acc_grpo": [0.4, 0.4, 0.4]},
+    "C1": {"acc_cispo": [0.55, 0.56, 0.57], "acc_dapo": [0.50, 0.50, 0.51], "clip_share_dapo": [0.002] * 3,
+           "clip_share_cispo": [0.0001] * 3},
+    "C2": {"range_grpo": [0.30, 0.32, 0.31], "range_gmpo": [0.20, 0.21, 0.20], "acc_grpo": [0.50] * 3,
+           "acc_gmpo": [0.50, 0.51, 0.49], "log_std_grpo": [0.02] * 3, "log_std_gmpo": [0.01] * 3},
+    "C3": {"acc_fp32": [0.50, 0.51, 0.50], "acc_w8a8": [0.40, 0.41, 0.42], "acc_tis": [0.50, 0.50, 0.51],
+           "kl_w8a8": [1.2e-4, 0.9e-4, 1.3e-4], "kl_bf16": [6e-5, 8e-5, 7e-5], "max_log_ratio_w8a8": [0.5, 0.4, 0.5],
+           "max_log_ratio_bf16": [0.3, 0.9, 0.4], "run_kl_w8a8": [1e-4] * 3, "run_kl_tis": [1e-4] * 3,
+           "run_capped_tis": [1e-4] * 3},
+    "C4": {"rloo_err": 2e-8},
 }
 
 GOOD["F2"] = GOOD["F1"]
@@ -105,6 +114,15 @@ CASES = [  # (claim, changed evidence, expected verdict)
     ("V2", {"acc_vapo": [0.54, 0.56, 0.55]}, PARTLY),  # VAPO - DAPO inconclusive, VAPO > GRPO holds
     ("V2", {"acc_vapo": [0.3, 0.3, 0.3]}, NOT),
     ("V2", {"acc_vapo": [0.6, 0.6], "acc_dapo": [0.5, 0.5], "acc_grpo": [0.4, 0.4]}, I),  # < 3 seeds
+    ("C1", {"acc_cispo": [0.48, 0.53, 0.52]}, I),  # mean +0.007, interval spans 0
+    ("C1", {"acc_cispo": [0.45, 0.46, 0.45]}, NOT),
+    ("C2", {"range_gmpo": [0.40, 0.41, 0.40]}, PARTLY),  # GMPO's range wider, accuracy not worse
+    ("C2", {"acc_gmpo": [0.40, 0.41, 0.42]}, PARTLY),  # narrower, but less accurate
+    ("C2", {"range_gmpo": [0.40, 0.41, 0.40], "acc_gmpo": [0.40, 0.41, 0.42]}, NOT),
+    ("C3", {"kl_w8a8": [5e-5, 6e-5, 7e-5]}, NT),  # the 8-bit engine no further off than bf16: not tested
+    ("C3", {"acc_w8a8": [0.50, 0.51, 0.50]}, PARTLY),  # TIS not worse than fp32, no better than no correction
+    ("C3", {"acc_tis": [0.40, 0.40, 0.41]}, NOT),  # TIS worse than fp32, no better than without
+    ("C4", {"rloo_err": 2e-6}, NOT),
 ]
 
 
@@ -116,15 +134,17 @@ def test_s1_and_d2_say_what_is_not_yet_run():
     assert d2.word == stats.NOT_RUN and "dynamic sampling: reproduced" in d2.text and "fixed panel" in d2.text
 
 
-def test_new_claims_are_not_yet_run():
+def test_family_claims_are_judged_by_notebook_09():
     for cid in ("C1", "C2", "C3", "C4"):
-        assert report.CLAIMS[cid].notebook == "09_beyond" and report.judge(cid, {}).word == NOT_RUN
+        assert report.CLAIMS[cid].notebook == "09_beyond" and report.judge(cid, GOOD[cid]).word == REPRODUCED
+    c3 = report.judge("C3", {**GOOD["C3"], "kl_w8a8": [5e-5, 6e-5, 7e-5]})
+    assert "condition not met" in c3.text and "W8A8 engine / bf16 engine" in c3.text and "0.86 < 1.00" in c3.text
 
 
 def test_every_design_claim_is_registered():
     assert list(report.CLAIMS) == ["G1", "G2", "S1", "D1", "D2", "D3", "D4", "D5", "P1", "P2", "P3", "P4",
                                    "P5", "F1", "F2", "R1", "R2", "V1", "V2", "C1", "C2", "C3", "C4"]
-    assert set(GOOD) == set(report.CLAIMS) - {"C1", "C2", "C3", "C4"}
+    assert set(GOOD) == set(report.CLAIMS)
     for c in report.CLAIMS.values():
         assert set(c.evidence) <= set(GOOD.get(c.id, {})) and c.notebook[:2].isdigit()
 

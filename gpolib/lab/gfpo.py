@@ -29,7 +29,7 @@ from .. import presets
 from ..groups import gfpo_advantages, gfpo_keep, gfpo_scores
 from ..objectives import ADV_EPS
 from ..tasks import line_kinds, product_steps
-from . import grpo, regime, stats
+from . import grpo, regime, runs, stats
 from .runs import run_key
 
 GRPO_LOSS = presets.get("grpo").loss
@@ -91,10 +91,7 @@ ELR_WHY = "GRPO did not lengthen answers over the base (L_GRPO <= L_SFT): Eq. 4 
 
 def relabel(by_run: dict) -> dict:
     """Keys "<arm>" or "<arm>/seed<s>" renamed with `LABELS` (figures); other keys and the values unchanged."""
-    def name(key: str) -> str:
-        arm, sep, seed = key.partition("/")
-        return LABELS.get(arm, arm) + sep + seed
-    return {name(k): v for k, v in by_run.items()}
+    return runs.relabel(by_run, LABELS)
 
 
 # ---------------------------------------------------------------- Sec. 3, Eq. 3: one filtered group

@@ -20,7 +20,7 @@ from ..metrics import label as metric_label
 
 ALGO_COLORS: dict[str, str] = {
     "grpo": "#4C72B0", "dapo": "#DD8452", "gspo": "#55A868", "gfpo": "#C44E52",
-    "dr_grpo": "#8172B3", "ppo": "#937860", "vapo": "#DA8BC3",
+    "dr_grpo": "#8172B3", "ppo": "#937860", "vapo": "#DA8BC3", "cispo": "#1B9E77", "gmpo": "#A6761D",
 }
 """fixed colour per algorithm, used whenever a run or bar label starts with its name"""
 

@@ -23,7 +23,7 @@ import torch
 from ..objectives import decoupled_gae, gae, group_advantages, length_adaptive_lambda, terminal_rewards
 from . import grpo, stats
 from .prose import say
-from .runs import run_key
+from .runs import arm_table, run_key  # noqa: F401  (arm_table: notebook 07 calls it here)
 
 ARMS = {
     "grpo": grpo.ARMS["grpo"],
@@ -209,18 +209,6 @@ def paired_table(e: dict) -> pd.DataFrame:
         iv = stats.paired(e["acc_vapo"], e[f"acc_{other}"])
         rows[f"VAPO - {other.upper()}"] = {"mean": iv.mean, "lo": iv.lo, "hi": iv.hi, "n": iv.n}
     return pd.DataFrame.from_dict(rows, orient="index")
-
-
-def arm_table(configs: dict, seed: int = 0) -> pd.DataFrame:
-    """The fields in which the arms' configurations of one seed differ (loss fields as `loss.<name>`): rows
-    fields, columns arms. Everything not listed (model, budget, lr, seeds, G) is shared."""
-    def flat(c):
-        d = c.to_dict()
-        return {**{k: v for k, v in d.items() if k != "loss"}, **{f"loss.{k}": v for k, v in d["loss"].items()}}
-    arms = {name.split("/")[0]: flat(c) for name, c in configs.items() if name == run_key(name.split("/")[0], seed)}
-    fields = [k for k in next(iter(arms.values())) if k != "name" and len({repr(a[k]) for a in arms.values()}) > 1]
-    return pd.DataFrame({arm: {k: repr(a[k]) if a[k] is None else a[k] for k in fields} for arm, a in arms.items()}
-                        ).astype(str)
 
 
 def cost_by_arm(metrics: dict, summaries: dict) -> pd.DataFrame:

@@ -3,7 +3,8 @@
 An arm is a preset plus the fields that make it that arm, defined once in the notebook's module
 (`gspo.ARMS`, `gfpo.ARMS`, `dr_grpo.ARMS`); the notebook's parameters cell gives the budget shared by
 every arm (`budget`). `configs` crosses arms with seeds; `run_dirs` names their folders under
-`reports/<profile>/runs/<notebook>/` by configuration (`folder_table` shows the mapping). Reading back: windows of steps and their means (None and NaN
+`reports/<profile>/runs/<notebook>/` by configuration (`folder_table` shows the mapping, `arm_table` the fields
+in which the arms differ; `relabel` renames arms for figures). Reading back: windows of steps and their means (None and NaN
 skipped), held-out evaluations at the start and end. Every run at once: `load_runs`, one tidy frame
 (drawn by `plots.runs_plot`).
 """
@@ -66,6 +67,15 @@ def by_arm(named: dict, *arms: str) -> dict:
     return {n: v for n, v in named.items() if arm_of(n) in arms}
 
 
+def relabel(named: dict, labels: dict) -> dict:
+    """Keys "<arm>" or "<arm>/seed<s>" with the arm renamed by `labels` (figures: a label of its own gets its own
+    colour, `plots.palette`); other keys and the values unchanged."""
+    def name(key: str) -> str:
+        arm, sep, seed = key.partition("/")
+        return labels.get(arm, arm) + sep + seed
+    return {name(k): v for k, v in named.items()}
+
+
 def run_dirs(profile: str, notebook: str, cfgs: dict, home: dict | None = None) -> dict:
     """Run name -> its folder, keyed by configuration: "gspo/seed0" -> `.../gspo-seed0-<key[:8]>`.
 
@@ -90,6 +100,18 @@ def config_diff(a: TrainConfig, b: TrainConfig) -> dict:
     """Fields where two configs differ: name -> (a's value, b's value)."""
     da, db = a.to_dict(), b.to_dict()
     return {k: (da[k], db[k]) for k in da if da[k] != db[k]}
+
+
+def arm_table(configs: dict, seed: int = 0) -> pd.DataFrame:
+    """The fields in which the arms' configurations of one seed differ (loss fields as `loss.<name>`): rows
+    fields, columns arms. Everything not listed (model, budget, lr, seeds, G) is shared."""
+    def flat(c):
+        d = c.to_dict()
+        return {**{k: v for k, v in d.items() if k != "loss"}, **{f"loss.{k}": v for k, v in d["loss"].items()}}
+    arms = {name.split("/")[0]: flat(c) for name, c in configs.items() if name == run_key(name.split("/")[0], seed)}
+    fields = [k for k in next(iter(arms.values())) if k != "name" and len({repr(a[k]) for a in arms.values()}) > 1]
+    return pd.DataFrame({arm: {k: repr(a[k]) if a[k] is None else a[k] for k in fields} for arm, a in arms.items()}
+                        ).astype(str)
 
 
 def summaries(dirs: dict) -> dict:
