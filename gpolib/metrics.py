@@ -52,7 +52,7 @@ METRICS: dict[str, Metric] = {
     "clip/high_pi_old": Metric("pi_old of up-clipped tokens", update=True),
     "pi_old/mean": Metric("mean pi_old of tokens", update=True), "ratio/mean": Metric("mean importance ratio", update=True),
     "ratio/log_std": Metric("std of log ratio", update=True, missing=0.0),
-    "ratio/log_range": Metric("range of the log ratio over tokens with gradient (max - min)", update=True),
+    "ratio/log_range": Metric("log-ratio range, tokens with gradient", update=True),
     "kl/mean": Metric("KL (nats/token)", update=True, missing=0.0),
     "update/skipped": Metric("update skipped (0/1)", update=True, missing=0),
     # the rollout/trainer mismatch (written when the correction is on or the engine is a reduced-precision one)
