@@ -70,4 +70,4 @@ readme: $(STAMP)
 models: $(STAMP)
 	$(PY) -m gpolib pretrain --arch dense
 	$(PY) -m gpolib pretrain --arch moe
-	$(PY) -m gpolib pretrain --arch moe-fine --steps 200
+	$(PY) -m gpolib pretrain --arch moe-fine --micro-batches 4
