@@ -29,8 +29,8 @@ GOOD = {  # F2 shares F1's evidence (below)
     "P1": {"seq_ratio_err": 1e-8, "token_eq_err_value": 0.0, "token_eq_err_grad": 1e-7, "one_token_err": 0.0},
     "P2": {"clip_gspo": [0.15, 0.16, 0.17], "clip_grpo": [0.002, 0.003, 0.002], "acc_gspo": [0.50, 0.51, 0.52],
            "acc_grpo": [0.51, 0.51, 0.51], "reward_gspo": [0.5] * 3, "reward_grpo": [0.5] * 3},
-    "P3": {"route_change_per_layer": [0.08, 0.12], "route_change_frozen": [0.01, 0.02], "ratio_spread_moe": 0.3,
-           "ratio_spread_dense": 0.1, "expert_change_per_layer": [0.05, 0.07], "moe_experts": 64},
+    "P3": {"expert_change_runs": [0.05, 0.06, 0.07], "expert_change_per_layer": [0.05, 0.07],
+           "expert_change_frozen": [0.01, 0.02], "expert_change_coarse": [0.004, 0.006], "moe_experts": 64},
     "P4": {"acc_grpo": [0.40, 0.42, 0.41], "acc_grpo_replay": [0.50, 0.51, 0.52], "acc_gspo": [0.51, 0.50, 0.52],
            "reward_grpo": [0.4] * 3, "reward_grpo_replay": [0.5] * 3, "reward_gspo": [0.5] * 3,
            "collapsed_grpo": [True, False, False], "collapsed_grpo_replay": [False] * 3, "collapsed_gspo": [False] * 3,
@@ -88,6 +88,7 @@ CASES = [  # (claim, changed evidence, expected verdict)
     ("P2", {"acc_gspo": [0.40, 0.41, 0.42], "clip_gspo": [0.15, 0.02, 0.17]}, NOT),
     ("P3", {"expert_change_per_layer": [0.02, 0.03]}, PARTLY),  # 2.5% >= 2%, < 5%
     ("P3", {"expert_change_per_layer": [0.005, 0.009]}, NOT),
+    ("P3", {"expert_change_per_layer": [0.001, 0.002, 0.05]}, PARTLY),  # 1.77% < 2%, but the deepest layer 5%
     ("P3", {"moe_experts": 8}, stats.NOT_RUN),  # the 8-expert MoE: not the criterion's model
     ("P4", {"acc_grpo": [0.47, 0.51, 0.51]}, PARTLY),  # replay ahead inconclusive, GSPO not worse
     ("P4", {"acc_grpo": [0.55, 0.56, 0.57], "acc_gspo": [0.40, 0.41, 0.42]}, NOT),
