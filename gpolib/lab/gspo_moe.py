@@ -114,27 +114,30 @@ def expert_change_table(metrics_by_run: dict, seeds) -> pd.DataFrame:
 
 def expert_change_figure(table: pd.DataFrame, metrics_by_run: dict, paper: float = 0.10):
     """P3's figure: left, the share of activated experts that change per update by layer (`expert_change_table`,
-    one line per row); right, the same share per training step (mean over layers and seeds, sd band) per arm;
-    the paper's ~10% as a dashed line on both."""
+    one line per row); right, the same share per training step (mean over layers, sd band over seeds) per
+    `P3_BESIDE` label, in the same colours; the paper's ~10% dashed on both, log scale (a 0 is not drawn)."""
     import matplotlib.pyplot as plt
     import seaborn as sns
 
     from . import plots
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.6))
+    label_of = {arm: label for label, arm in P3_BESIDE.items()}
+    colours = dict(zip(P3_BESIDE, sns.color_palette(n_colors=len(P3_BESIDE))))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
     layers = [c for c in table.columns if c.startswith("layer ")]
     for label, row in table[layers].iterrows():
-        left.plot(range(len(layers)), row.to_numpy(), marker="o", label=label)
-    left.set(xlabel="layer", ylabel="activated experts changed (%)", yscale="symlog")
-    rows = [(arm_of(run), r["step"], 100 * r["moe/expert_change"])
-            for run, m in metrics_by_run.items() for r in m if "moe/expert_change" in r]
+        left.plot(range(len(layers)), row.to_numpy(), marker="o", label=label, color=colours.get(label))
+    left.set(xlabel="layer")
+    rows = [(label_of[arm_of(run)], r["step"], 100 * r["moe/expert_change"])
+            for run, m in metrics_by_run.items() if arm_of(run) in label_of for r in m if "moe/expert_change" in r]
     frame = pd.DataFrame(rows, columns=["arm", "step", "value"])
-    sns.lineplot(frame, x="step", y="value", hue="arm", errorbar="sd", ax=right)
-    right.set(xlabel="step", ylabel="activated experts changed (%)", yscale="symlog")
+    sns.lineplot(frame, x="step", y="value", hue="arm", palette=colours, errorbar="sd", ax=right, legend=False)
+    right.set(xlabel="step")
     for ax in (left, right):
         ax.axhline(100 * paper, ls="--", c="grey", lw=1, label=f"paper ~{100 * paper:.0f}%")
-        ax.legend(fontsize=7)
+        ax.set(ylabel="activated experts changed (%)", yscale="log")
+    left.legend(fontsize=7)
     plots.title(left, "P3", "per layer (seed means)")
-    plots.title(right, "P3", "per step (mean over layers)")
+    plots.title(right, "P3", "per step (mean over layers, sd over seeds)")
     fig.tight_layout()
     return fig
 
