@@ -61,7 +61,7 @@ def test_the_whole_workbook_plans_without_error():
     by_prefix = {j.prefix: prefetch.notebook_runs(j) for j in jobs}
     assert by_prefix["00"] == {} and by_prefix["90"] == {}
     assert len(by_prefix["01"]) == 3 and len(by_prefix["03"]) == 18
-    assert len(prefetch.pending(jobs)) == 3 + 18 + 6 + 18 + 3 + 6 + 12  # 01, 03, 04, 05, 06 (dr_grpo), 07, 08
+    assert len(prefetch.pending(jobs)) == 3 + 18 + 6 + 18 + 3 + 6 + 18 + 18  # 01, 03, 04, 05, 06 (dr_grpo), 07, 08, 09
 
 
 def test_run_cost_counts_generated_and_trained_positions():
