@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gpolib.models import tiny_config  # noqa: E402
-from gpolib.pretrain import PretrainConfig, batch_step, reserved_prompts, sft_batch  # noqa: E402
+from gpolib.pretrain import PretrainConfig, batch_step, length_chunks, reserved_prompts, sft_batch  # noqa: E402
 from gpolib.tokenizer import build_tokenizer  # noqa: E402
 
 
@@ -67,13 +67,8 @@ def main() -> None:
 
 def _positions(batches, m: int) -> float:
     """Positions fed per real token with m length-sorted micro-batches (m = 1: the padded batch)."""
-    fed = real = 0
-    for _, mask, _ in batches:
-        lengths = mask.sum(dim=1)
-        for rows in torch.argsort(lengths, stable=True).chunk(m):
-            fed += len(rows) * int(lengths[rows].max())
-        real += int(lengths.sum())
-    return fed / real
+    fed = sum(len(rows) * T for _, mask, _ in batches for rows, T in length_chunks(mask, m))
+    return fed / sum(int(mask.sum()) for _, mask, _ in batches)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import json
 import math
 import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import torch
@@ -103,6 +103,21 @@ def sft_batch(reserved: set[str], tok, rng: random.Random, cfg: PretrainConfig):
     return ids, mask, labels
 
 
+def length_chunks(mask: torch.Tensor, micro_batches: int) -> list:
+    """A batch's rows sorted by length (mask (B, T)) and cut into `micro_batches` chunks: [(rows (b,), T_chunk)],
+    T_chunk the chunk's longest row, to which it is trimmed."""
+    lengths = mask.sum(dim=1)  # (B,)
+    return [(rows, int(lengths[rows].max())) for rows in torch.argsort(lengths, stable=True).chunk(micro_batches)]
+
+
+def shipped_config(arch: str, **overrides) -> PretrainConfig:
+    """The recipe the shipped embedded model of `arch` was trained with (its train_log.json: steps, batch,
+    micro-batches, lr, ...), with `overrides` (e.g. out, steps)."""
+    log = json.loads((repo_root() / EMBEDDED[arch] / "train_log.json").read_text())
+    recipe = {f.name: log["config"][f.name] for f in fields(PretrainConfig) if f.name in log["config"]}
+    return PretrainConfig(**{**recipe, "arch": arch, **overrides})
+
+
 def batch_step(model, batch: tuple, micro_batches: int, is_moe: bool) -> float:
     """Forward + backward of one SFT batch (ids, mask, labels), each (B, T); returns its loss.
 
@@ -116,10 +131,8 @@ def batch_step(model, batch: tuple, micro_batches: int, is_moe: bool) -> float:
         out.loss.backward()
         return out.loss.item()
     n_items = (labels[:, 1:] != -100).sum()  # the tokens the shifted labels score
-    lengths = mask.sum(dim=1)  # (B,)
     total = 0.0
-    for rows in torch.argsort(lengths, stable=True).chunk(micro_batches):
-        T = int(lengths[rows].max())
+    for rows, T in length_chunks(mask, micro_batches):
         out = model(input_ids=ids[rows, :T], attention_mask=mask[rows, :T], labels=labels[rows, :T],
                     output_router_logits=is_moe, num_items_in_batch=n_items)
         loss = out.loss

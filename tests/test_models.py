@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from gpolib.models import EMBEDDED, load_policy, router_topk
-from gpolib.pretrain import PretrainConfig, pretrain
+from gpolib.pretrain import PretrainConfig, pretrain, shipped_config
 from gpolib.rewards import correctness_reward
 from gpolib.tasks import default_task_path, load_tasks
 
@@ -135,8 +135,7 @@ def test_shipped_loss_curve_starts_like_a_rebuild(arch, steps, tmp_path):
     from gpolib.tasks import repo_root
 
     log = json.loads((repo_root() / EMBEDDED[arch] / "train_log.json").read_text())
-    recipe = {k: v for k, v in log["config"].items() if k not in ("out", "steps")}
-    losses = pretrain(PretrainConfig(**recipe, steps=steps, out=str(tmp_path)), show_progress=False)
+    losses = pretrain(shipped_config(arch, steps=steps, out=str(tmp_path)), show_progress=False)
     assert losses == pytest.approx(log["loss"][:steps], abs=1e-4)  # warmup lr does not depend on `steps`
 
 

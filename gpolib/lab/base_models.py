@@ -62,15 +62,12 @@ def rebuild_base(arch: str, out_dir, steps: int | None = None) -> list:
     steps=None runs it whole; fewer steps reproduce the start of its loss curve (the warm-up learning rate does
     not depend on the total). Returns the loss curve.
     """
-    from dataclasses import fields
-
     from ..models import EMBEDDED
     from ..paths import resolve
-    from ..pretrain import PretrainConfig, pretrain
+    from ..pretrain import pretrain, shipped_config
 
     shipped = json.loads((resolve(EMBEDDED[arch]) / "train_log.json").read_text())
-    recipe = {f.name: shipped["config"][f.name] for f in fields(PretrainConfig) if f.name in shipped["config"]}
-    cfg = PretrainConfig(**{**recipe, "arch": arch, "out": str(out_dir), **({} if steps is None else {"steps": steps})})
+    cfg = shipped_config(arch, out=str(out_dir), **({} if steps is None else {"steps": steps}))
     log = Path(out_dir) / "train_log.json"
     if log.exists() and json.loads(log.read_text())["config"]["steps"] == cfg.steps:
         return json.loads(log.read_text())["loss"]

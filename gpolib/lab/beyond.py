@@ -23,7 +23,7 @@ import torch
 from .. import paths, presets
 from ..objectives import group_advantages, surrogate_terms
 from . import grpo, stats
-from .runs import mean_over, run_key
+from .runs import end_accuracy, mean_over, run_key
 from .verdicts import EXACT_TOL, Exact, exact
 
 MU = 4
@@ -112,10 +112,6 @@ PAIRS = {
 """claim id -> label -> (evidence key A, key B): the paired differences shown beside its verdict (`paired_table`)"""
 
 
-def _end_acc(summaries: dict, arm: str, seeds) -> list:
-    return [summaries[run_key(arm, s)]["eval_end"]["acc/sample"] for s in seeds]
-
-
 def _run_mean(metrics: dict, arm: str, key: str, seeds) -> list:
     """Per seed: mean of `key` over the run's steps that logged it (NaN where none did)."""
     return [mean_over(metrics[run_key(arm, s)], key) for s in seeds]
@@ -124,7 +120,7 @@ def _run_mean(metrics: dict, arm: str, key: str, seeds) -> list:
 def c1_evidence(summaries: dict, metrics: dict, seeds) -> dict:
     """C1 per seed: end accuracy of CISPO and DAPO (no dynamic sampling), and the run mean of the per-step share of
     tokens whose gradient DAPO's clip removes (`clip/frac`) and of tokens whose IS weight CISPO caps (gradient kept)."""
-    return {"acc_cispo": _end_acc(summaries, "cispo_mu4", seeds), "acc_dapo": _end_acc(summaries, "dapo_mu4", seeds),
+    return {"acc_cispo": end_accuracy(summaries, "cispo_mu4", seeds), "acc_dapo": end_accuracy(summaries, "dapo_mu4", seeds),
             "clip_share_dapo": _run_mean(metrics, "dapo_mu4", "clip/frac", seeds),
             "clip_share_cispo": _run_mean(metrics, "cispo_mu4", "clip/frac", seeds)}
 
@@ -134,7 +130,7 @@ def c2_evidence(summaries: dict, metrics: dict, seeds) -> dict:
     a step's mu minibatches) and of `ratio/log_std` (all tokens) of GRPO and GMPO at mu = 4; their end accuracies."""
     return {"range_grpo": _run_mean(metrics, "grpo_mu4", "ratio/log_range", seeds),
             "range_gmpo": _run_mean(metrics, "gmpo_mu4", "ratio/log_range", seeds),
-            "acc_grpo": _end_acc(summaries, "grpo_mu4", seeds), "acc_gmpo": _end_acc(summaries, "gmpo_mu4", seeds),
+            "acc_grpo": end_accuracy(summaries, "grpo_mu4", seeds), "acc_gmpo": end_accuracy(summaries, "gmpo_mu4", seeds),
             "log_std_grpo": _run_mean(metrics, "grpo_mu4", "ratio/log_std", seeds),
             "log_std_gmpo": _run_mean(metrics, "gmpo_mu4", "ratio/log_std", seeds)}
 
@@ -159,8 +155,8 @@ def c3_evidence(summaries: dict, metrics: dict, seeds, mismatch: dict) -> dict:
     """C3 per seed: end accuracy of GRPO on the float32 engine, the W8A8 engine and W8A8 + TIS; the benchmark's
     k3 KL and max log ratio of the W8A8 and bf16 engines (`engine_mismatch`); the W8A8 runs' own run-mean KL and
     share of tokens above the cap C = 2."""
-    return {"acc_fp32": _end_acc(summaries, "grpo", seeds), "acc_w8a8": _end_acc(summaries, "grpo_w8a8", seeds),
-            "acc_tis": _end_acc(summaries, "grpo_w8a8_tis", seeds),
+    return {"acc_fp32": end_accuracy(summaries, "grpo", seeds), "acc_w8a8": end_accuracy(summaries, "grpo_w8a8", seeds),
+            "acc_tis": end_accuracy(summaries, "grpo_w8a8_tis", seeds),
             "kl_w8a8": mismatch["w8a8"]["kl"], "kl_bf16": mismatch["bf16"]["kl"],
             "max_log_ratio_w8a8": mismatch["w8a8"]["max_log_ratio"], "max_log_ratio_bf16": mismatch["bf16"]["max_log_ratio"],
             "run_kl_w8a8": _run_mean(metrics, "grpo_w8a8", "mismatch/kl", seeds),

@@ -26,7 +26,7 @@ from ..rewards import soft_overlong_penalty
 from . import stats
 from .dr_grpo import token_weights
 from .prose import say
-from .runs import arm_of, by_arm, mean_over, run_key, window
+from .runs import arm_of, by_arm, end_accuracy, mean_over, run_key, window
 from .verdicts import EXACT_TOL, NOT, REPRODUCED
 
 MAX_NEW_TOKENS = 144
@@ -232,7 +232,7 @@ def d_evidence(metrics: dict, summaries: dict, seeds, samples_budget: int) -> di
     prompts x G); the dynamic-sampling rung is read at its last evaluation within that many samples.
     """
     seeds = list(seeds)
-    end = {arm: [summaries[run_key(arm, s)]["eval_end"]["acc/sample"] for s in seeds] for arm in ARMS}
+    end = {arm: end_accuracy(summaries, arm, seeds) for arm in ARMS}
     equal = {arm: list(end[arm]) for arm in ARMS}
     ds_at = [eval_at_samples(summaries[run_key("dapo", s)], _arm(metrics, "dapo", s), samples_budget) for s in seeds]
     equal["dapo"] = [e["acc/sample"] for e in ds_at]

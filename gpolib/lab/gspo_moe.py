@@ -23,7 +23,7 @@ import torch
 from ..models import EMBEDDED
 from . import stats
 from .gspo import clip_share, final_mean, mismatch_stats, sequence_mismatch, token_mismatch
-from .runs import arm_of, mean_over, run_key
+from .runs import arm_of, end_accuracy, mean_over, run_key
 
 ENGINE = {"rollout_autocast": "bfloat16"}
 """the rollout engine of every arm: sampling under bf16 autocast (the decoder's matmuls and KV cache in bf16) while
@@ -89,15 +89,20 @@ def _mean(xs) -> float:
 
 def arm_layers(metrics_by_run: dict, arm: str, seeds) -> list:
     """Per layer, `layer_means` averaged over the arm's seeds."""
-    return [_mean(col) for col in zip(*(layer_means(metrics_by_run[run_key(arm, s)]) for s in seeds))]
+    return _layer_means_over(layer_means(metrics_by_run[run_key(arm, s)]) for s in seeds)
+
+
+def _layer_means_over(per_seed) -> list:
+    return [_mean(col) for col in zip(*per_seed)]
 
 
 def p3_evidence(metrics_by_run: dict, seeds, moe_experts: int) -> dict:
     """P3 from the runs' own logs: per seed, the run-mean over layers of the judged arm (`P3_ARM`, judged); per
     layer, the seed means of the judged arm, the frozen router and the 8-expert MoE (reported). moe_experts: the
     expert count of the judged arm's model (the criterion asks >= 64)."""
-    return {"expert_change_runs": [_mean(layer_means(metrics_by_run[run_key(P3_ARM, s)])) for s in seeds],
-            "expert_change_per_layer": arm_layers(metrics_by_run, P3_ARM, seeds),
+    judged = [layer_means(metrics_by_run[run_key(P3_ARM, s)]) for s in seeds]  # per seed, per layer
+    return {"expert_change_runs": [_mean(layers) for layers in judged],
+            "expert_change_per_layer": _layer_means_over(judged),
             "expert_change_frozen": arm_layers(metrics_by_run, "grpo_frozen", seeds),
             "expert_change_coarse": arm_layers(metrics_by_run, "grpo_coarse", seeds), "moe_experts": moe_experts}
 
@@ -225,7 +230,7 @@ def p5_evidence(metrics_by_run: dict, summaries: dict, seeds, mismatch: dict) ->
     """P5 per seed: held-out accuracy at the end of GSPO with engine and with recomputed pi_old (judged), final
     reward (reported); the mean token- and sequence-level mismatch of one rollout batch (judged)."""
     arms = {"engine": "gspo_engine", "recompute": "gspo"}
-    out = {f"acc_{k}": v for k, v in _per_seed(arms, seeds, lambda r: summaries[r]["eval_end"]["acc/sample"]).items()}
+    out = {f"acc_{k}": end_accuracy(summaries, arm, seeds) for k, arm in arms.items()}
     out.update({f"reward_{k}": v for k, v in _per_seed(arms, seeds, lambda r: final_mean(metrics_by_run[r])).items()})
     return {**out, "token_mismatch": mismatch["token_mismatch"], "seq_mismatch": mismatch["seq_mismatch"],
             "seq_clipped": mismatch["seq_clipped"]}

@@ -114,6 +114,11 @@ def arm_table(configs: dict, seed: int = 0) -> pd.DataFrame:
                         ).astype(str)
 
 
+def end_accuracy(summaries_by_run: dict, arm: str, seeds) -> list:
+    """Per seed: the arm's held-out accuracy at the end of its run (T = 1), from its summary."""
+    return [summaries_by_run[run_key(arm, s)]["eval_end"]["acc/sample"] for s in seeds]
+
+
 def summaries(dirs: dict) -> dict:
     """Run name -> summary.json of the finished run in that folder."""
     return {name: load_summary(d) for name, d in dirs.items()}
