@@ -96,3 +96,107 @@ def test_html_view_ids_are_numbered_by_first_appearance():
                                  '<div id="view-0001"></div><script>var lib = "11111111-2222-3333-4444-555555555555";'
                                  '</script>')  # a uuid that is no element's id stays
     assert stable_html("no ids") == "no ids"
+
+
+def _png_of(draw) -> bytes:
+    """PNG bytes of a 10 x 3.5 in figure drawn by `draw(ax)` and written by `plots.save`."""
+    import tempfile
+
+    import matplotlib.pyplot as plt
+
+    from gpolib.lab import plots
+
+    fig, ax = plt.subplots(figsize=(10, 3.5))
+    draw(ax)
+    with tempfile.TemporaryDirectory() as d:
+        out = plots.save(fig, "f", "smoke", root=d)
+        data = out.read_bytes()
+    plt.close(fig)
+    return data
+
+
+def test_save_draws_last_bit_differences_as_the_same_pixels(monkeypatch):
+    """A fitted line whose slope differs by 1e-14 relative (what np.polyfit gives on another CPU) moves
+    anti-aliased pixels of a dashed line when drawn as is (checked first: the test can fail); through
+    `plots.save` it draws the same bytes, with a scatter, a band, bars and an image differing alike; a
+    difference of 1% of the span still shows."""
+    import numpy as np
+
+    from gpolib.lab import plots
+
+    rng = np.random.default_rng(0)
+    pts, y, img = np.linspace(20.0, 180.0, 10), rng.normal(0.01, 0.003, 10), rng.normal(size=(5, 7))
+    xs = np.linspace(20.0, 180.0, 50)
+
+    def draw(eps):
+        def on(ax):
+            ax.plot(xs, 1.234e-4 * (1 + eps) * xs + 0.001, "--", color="0.25")
+            ax.scatter(pts, y * (1 + eps))
+            ax.fill_between(pts, y - 0.001 * (1 + eps), y + 0.001, alpha=0.3)
+            ax.bar([60.0, 120.0], [0.005 * (1 + eps), 0.007], width=8)
+            ax.imshow(img * (1 + eps), extent=(20, 60, 0, 0.01), aspect="auto")
+        return on
+
+    with monkeypatch.context() as m:
+        m.setattr(plots, "steady", lambda fig: None)
+        assert _png_of(draw(1e-14)) != _png_of(draw(0.0))
+    base = _png_of(draw(0.0))
+    assert _png_of(draw(1e-14)) == base
+    assert _png_of(draw(1e-13)) == base
+    assert _png_of(draw(1e-2)) != base
+
+
+def test_steady_rounds_far_below_a_pixel_and_keeps_the_view():
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from gpolib.lab import plots
+
+    fig, ax = plt.subplots()
+    xs = np.array([0.1234567891234, 2.0, 7.77777777777])
+    ax.plot(xs, xs ** 2)
+    before = ax.get_xlim(), ax.get_ylim()
+    plots.steady(fig)
+    x, y = ax.lines[0].get_data()
+    span_x, span_y = before[0][1] - before[0][0], before[1][1] - before[1][0]
+    assert np.max(np.abs(x - xs)) <= 1e-7 * span_x and np.max(np.abs(y - xs ** 2)) <= 1e-7 * span_y
+    assert x[0] != xs[0]  # rounded: 0.1234568 on the 1e-7 grid of a span of ~8
+    assert np.allclose(ax.get_xlim(), before[0], rtol=0, atol=1e-6 * span_x)
+    plt.close(fig)
+
+
+def test_the_advantage_demo_is_sampled_once_and_read_back(tmp_path, monkeypatch):
+    """ppo_vapo.run_advantage_demo: the first call samples (final policy of the run) and writes the run folder's
+    advantage_demo.json; a later call with the same prompts and seed reads it, another seed samples again."""
+    from gpolib.lab import ppo_vapo
+
+    calls = []
+    monkeypatch.setattr(ppo_vapo, "final_trainer", lambda cfg, run_dir: "trainer")
+    monkeypatch.setattr(ppo_vapo, "advantage_demo",
+                        lambda tr, n_prompts, seed: calls.append(seed) or {"responses": [{"A": [0.5, -1.25]}],
+                                                                            "group": seed})
+    first = ppo_vapo.run_advantage_demo(None, tmp_path, n_prompts=4, seed=0)
+    again = ppo_vapo.run_advantage_demo(None, tmp_path, n_prompts=4, seed=0)
+    assert first == again == {"responses": [{"A": [0.5, -1.25]}], "group": 0} and calls == [0]
+    assert (tmp_path / ppo_vapo.DEMO_FILE).is_file()
+    assert ppo_vapo.run_advantage_demo(None, tmp_path, n_prompts=4, seed=1)["group"] == 1 and calls == [0, 1]
+
+
+def test_the_engine_mismatch_is_measured_once_and_read_back(tmp_path, monkeypatch):
+    """gspo_moe.run_engine_mismatch: the first call measures (a fresh Trainer's bf16 engine) and writes the run
+    folder's engine_mismatch.npz; a later call reads the same numbers and distributions without measuring."""
+    import torch
+
+    from gpolib.lab import gspo_moe
+
+    calls = []
+    measured = {"token_mismatch": 0.00103, "seq_mismatch": 0.000568, "seq_clipped": 0.515625,
+                "token": torch.tensor([1e-3, 2.5e-4], dtype=torch.float64), "sequence": torch.tensor([5e-4], dtype=torch.float64)}
+    monkeypatch.setattr("gpolib.train.Trainer", lambda cfg: calls.append(cfg) or "trainer")
+    monkeypatch.setattr(gspo_moe, "engine_mismatch", lambda tr: dict(measured))
+    first = gspo_moe.run_engine_mismatch("cfg", tmp_path / "run")
+    again = gspo_moe.run_engine_mismatch("cfg", tmp_path / "run")
+    assert calls == ["cfg"] and (tmp_path / "run" / gspo_moe.MISMATCH_FILE).is_file()
+    for got in (first, again):
+        assert got["token_mismatch"] == 0.00103 and got["seq_clipped"] == 0.515625
+        assert torch.equal(got["token"], measured["token"]) and got["sequence"].tolist() == [5e-4]

@@ -6,7 +6,8 @@
   evidence `p3_evidence`, the table and figure `expert_change_table`, `expert_change_figure`; P4's condition,
   `no_replay_change`;
 - P4 and P5: per-run instability signs, `run_table`; per-seed evidence, `p4_evidence`, `p5_evidence`;
-- P5, engine vs trainer likelihoods of one rollout batch, `engine_mismatch` (the distributions of
+- P5, engine vs trainer likelihoods of one rollout batch, `engine_mismatch`, measured once and kept in the
+  run folder by `run_engine_mismatch` (the distributions of
   `gspo.token_mismatch` and `gspo.sequence_mismatch`) and the share of sequences GSPO's clip range would clip
   before any update, `clipped_by_mismatch`;
 - the verdicts: `verdict_p3` (thresholds of claims.yaml), `verdict_p4`, `verdict_p5` (rules of evidence, `stats`).
@@ -16,6 +17,7 @@ notebook 08.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pandas as pd
 import torch
@@ -170,6 +172,28 @@ def engine_mismatch(trainer) -> dict:
     out["sequence"] = sequence_mismatch(eng, lp, mask)  # (B,)
     out["seq_clipped"] = clipped_by_mismatch(out["sequence"], trainer.cfg.loss.eps_low, trainer.cfg.loss.eps_high)
     return out
+
+
+MISMATCH_FILE = "engine_mismatch.npz"
+"""P5's measurement of a configuration's engine at the start, kept in its first seed's run folder"""
+
+
+def run_engine_mismatch(cfg, run_dir) -> dict:
+    """`engine_mismatch` of a fresh `Trainer(cfg)` (the base policy, before any update), measured once and kept in
+    `run_dir/engine_mismatch.npz`, then read back: the bf16 engine's numbers depend on the CPU's bf16 matmuls, so
+    a re-execution on another machine reads the committed measurement instead of writing a new one. Same keys as
+    `engine_mismatch` (token and sequence as float64 tensors)."""
+    import numpy as np
+
+    from ..train import Trainer
+
+    f = Path(run_dir) / MISMATCH_FILE
+    if not f.is_file():
+        m = engine_mismatch(Trainer(cfg))
+        f.parent.mkdir(parents=True, exist_ok=True)
+        np.savez(f, **{k: (v.numpy() if torch.is_tensor(v) else np.float64(v)) for k, v in m.items()})
+    with np.load(f) as z:
+        return {k: (torch.from_numpy(z[k]) if z[k].ndim else float(z[k])) for k in z.files}
 
 
 def clipped_by_mismatch(seq_abs_log_ratio: torch.Tensor, eps_low: float, eps_high: float) -> float:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+from matplotlib.patches import Rectangle
 import numpy as np
 import pandas as pd
 import seaborn as sns
@@ -48,11 +49,78 @@ def save(fig, name: str, profile: str = "full", root: Path | str | None = None) 
     """Write `fig` as `<figures_dir(profile)>/<name>.png` (dpi 120); returns the path.
 
     No "Software" text chunk (matplotlib's version): the bytes depend on the pixels only, so an unchanged
-    figure rewrites the same file (Agg's PNGs carry no timestamp)."""
+    figure rewrites the same file (Agg's PNGs carry no timestamp). Before drawing, `steady` rounds what the
+    axes draw far below a pixel, so that float results differing in their last bits between CPUs (a least-squares
+    fit, a sum in another order) draw the same pixels; the figure shown after `save` is the rounded one too."""
     out = paths.figures_dir(profile, root) / (name if name.endswith(".png") else f"{name}.png")
     out.parent.mkdir(parents=True, exist_ok=True)
+    steady(fig)
     fig.savefig(out, dpi=120, bbox_inches="tight", metadata={"Software": None})
     return out
+
+
+STEADY_DIGITS = 7
+"""`steady` rounds a linear axis's data to 10^-STEADY_DIGITS of its span's decade (a pixel is ~10^-3 of the
+span), a log axis's and an image's to STEADY_DIGITS significant digits"""
+
+
+def _grid(values, step: float | None):
+    """Float array rounded to multiples of `step`, or to STEADY_DIGITS significant digits (step None); non-finite
+    values and anything not numeric (dates, categories) come back unchanged."""
+    mask = np.ma.getmaskarray(values) if np.ma.isMaskedArray(values) else None
+    try:
+        a = np.array(np.ma.getdata(values), dtype=float)
+    except (TypeError, ValueError):
+        return values
+    if mask is not None:
+        return np.ma.array(_grid(a, step), mask=mask)
+    ok = np.isfinite(a)
+    if step is None:
+        with np.errstate(divide="ignore"):
+            exp = np.floor(np.log10(np.where(ok & (a != 0), np.abs(a), 1.0)))
+        step = 10.0 ** (exp - (STEADY_DIGITS - 1))  # (...) per value
+    return np.where(ok, np.round(a / step) * step, a)
+
+
+def _axis_step(ax, which: str) -> float | None:
+    """The rounding step of one axis: 10^(decade of its span - STEADY_DIGITS); None on a non-linear axis."""
+    if (ax.get_xscale() if which == "x" else ax.get_yscale()) != "linear":
+        return None
+    lo, hi = ax.get_xlim() if which == "x" else ax.get_ylim()
+    span = abs(hi - lo)
+    return 10.0 ** (np.floor(np.log10(span)) - STEADY_DIGITS) if np.isfinite(span) and span > 0 else None
+
+
+def steady(fig) -> None:
+    """Round, in place, every axes' limits and the data of its lines, scatter points and filled areas onto the
+    axis's grid (`_axis_step`), and image data to STEADY_DIGITS significant digits: last-bit float differences
+    then move no pixel. Limits are frozen at their autoscaled values first, so the view does not change."""
+    for ax in fig.axes:
+        sx, sy = _axis_step(ax, "x"), _axis_step(ax, "y")
+        ax.set_xlim(*(_grid(ax.get_xlim(), sx) if sx else ax.get_xlim()))
+        ax.set_ylim(*(_grid(ax.get_ylim(), sy) if sy else ax.get_ylim()))
+        for line in ax.lines:
+            x, y = line.get_data(orig=True)
+            line.set_data(_grid(x, sx), _grid(y, sy))
+        for coll in ax.collections:
+            if coll.get_offset_transform() == ax.transData and len(coll.get_offsets()):
+                off = np.asarray(coll.get_offsets(), dtype=float)  # (n, 2)
+                coll.set_offsets(np.column_stack([_grid(off[:, 0], sx), _grid(off[:, 1], sy)]))
+            if coll.get_transform() == ax.transData:
+                for path in coll.get_paths():
+                    v = path.vertices  # (n, 2)
+                    if not path.readonly and len(v):
+                        path.vertices = np.column_stack([_grid(v[:, 0], sx), _grid(v[:, 1], sy)])
+        for patch in ax.patches:
+            if isinstance(patch, Rectangle) and patch.get_data_transform() == ax.transData:
+                x0, y0 = patch.get_xy()
+                x1, y1 = x0 + patch.get_width(), y0 + patch.get_height()
+                (x0, x1), (y0, y1) = _grid([x0, x1], sx), _grid([y0, y1], sy)
+                patch.set_bounds(x0, y0, x1 - x0, y1 - y0)
+        for im in ax.images:
+            a = im.get_array()
+            if a is not None and np.issubdtype(a.dtype, np.floating):
+                im.set_data(_grid(a, None))
 
 
 def title(ax, claim_id: str | None, text: str) -> None:

@@ -6,8 +6,8 @@
   `HOME`), held-out evidence per seed (`v2_evidence`) judged by `V2_RULE`; the value model's fit over training
   and during pre-training (`value_curves`, `pretrain_curves`);
 - credit assignment you can see: per-token advantages of one correct and one incorrect response of a trained
-  VAPO policy beside GRPO's one-number-per-response advantages (`final_trainer`, `advantage_demo`,
-  `advantage_heatmap`);
+  VAPO policy beside GRPO's one-number-per-response advantages (`final_trainer`, `advantage_demo`, kept in
+  the run's folder by `run_advantage_demo`, `advantage_heatmap`);
 - GAE by hand on a short response (`gae_by_hand`, `gae_demo`).
 Derivations live in notebook 07; docstrings name the formula they compute.
 """
@@ -268,6 +268,28 @@ def final_trainer(cfg, run_dir):
         tr.value.head.load_state_dict(torch.load(folder / "value_head.pt"))
     tr.model.set_adapter("default")
     return tr
+
+
+DEMO_FILE = "advantage_demo.json"
+"""the advantage demo of a finished VAPO run, kept in its folder (`run_advantage_demo`)"""
+
+
+def run_advantage_demo(cfg, run_dir, n_prompts: int = 8, seed: int = 0) -> dict | None:
+    """`advantage_demo` of the finished run in `run_dir` (its final policy and value model, `final_trainer`),
+    written to `run_dir/advantage_demo.json` and read back from there by later calls with the same `n_prompts`
+    and `seed`: the figures drawn from it are then the same on every machine (sampling on another CPU can pick
+    other tokens, and the decoder's kernels are chosen per machine)."""
+    from .. import jsonio
+
+    f = Path(run_dir) / DEMO_FILE
+    asked = {"n_prompts": n_prompts, "seed": seed}
+    if f.is_file():
+        saved = jsonio.read(f)
+        if saved.get("asked") == asked:
+            return saved["demo"]
+    demo = advantage_demo(final_trainer(cfg, run_dir), n_prompts=n_prompts, seed=seed)
+    jsonio.write(f, {"asked": asked, "demo": demo}, indent=None)
+    return demo
 
 
 def advantage_demo(trainer, n_prompts: int = 8, seed: int = 0) -> dict:
