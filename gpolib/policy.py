@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
+from . import qwen_ops
 from .logprobs import completion_logps
 from .rollout import Rollout
 
@@ -26,13 +27,18 @@ class Policy:
     device: str
     temperature: float
     """the rollout temperature: log pi = log softmax(logits / temperature)"""
+    fused_ops: bool = True
+    """RMSNorm and RoPE with their backward written out (`qwen_ops`); False: transformers' own (for comparisons)"""
 
     def logps(self, ro: Rollout, rows=slice(None), with_entropy: bool = False, chunk_rows: int = 64,
               bucket: bool = True):
-        """log pi_theta of the completion tokens of `rows` (with grad), (b, T) [, entropy (b, T)]."""
-        return completion_logps(self.model, ro.prompt_ids[rows].to(self.device), ro.prompt_mask[rows].to(self.device),
-                                ro.completion_ids[rows].to(self.device), ro.completion_mask[rows].to(self.device),
-                                self.temperature, chunk_rows=chunk_rows, with_entropy=with_entropy, bucket=bucket)
+        """log pi_theta of the completion tokens of `rows` (with grad), (b, T) [, entropy (b, T)]; a Qwen3 policy's
+        RMSNorm and RoPE with their backward written out (`qwen_ops`)."""
+        with qwen_ops.fused(self.fused_ops):
+            return completion_logps(self.model, ro.prompt_ids[rows].to(self.device),
+                                    ro.prompt_mask[rows].to(self.device),
+                                    ro.completion_ids[rows].to(self.device), ro.completion_mask[rows].to(self.device),
+                                    self.temperature, chunk_rows=chunk_rows, with_entropy=with_entropy, bucket=bucket)
 
     def step(self) -> None:
         """One optimiser and schedule step, gradients cleared."""

@@ -1,0 +1,132 @@
+"""Qwen3's RMSNorm and rotary position embedding with their backward written out, for the trainer's passes.
+
+transformers computes both as chains of small tensor ops, and autograd keeps and walks one node per op: RMSNorm
+(Zhang & Sennrich 2019, Eq. 4: y = w * x / sqrt(mean(x^2) + eps)) is 4 passes over memory forward and ~8 back;
+RoPE (Su et al. 2021, Eq. 34: y = x cos + rotate_half(x) sin) is 5 forward (a negation and a concatenation among
+them) and as many back. `RMSNormFn` and `RotaryFn` compute the same formulas as autograd Functions whose backward
+is written by hand: RMSNorm's dx = r (g w) - x r^3 mean(g w x) with r = 1 / sqrt(mean(x^2) + eps); RoPE's
+backward is the rotation by -theta. Equal to transformers' within float rounding (float64: 4e-16; tests in
+tests/test_qwen_ops.py); on the embedded policy the trainer's forward + backward of a rollout takes 0.91-0.92x the
+time at 2 threads (benchmarks/train_pass.py --fused).
+
+They act only where asked: `install()` (idempotent, done on import) wraps Qwen3's and Qwen3-MoE's
+`RMSNorm.forward` and `apply_rotary_pos_emb` once; the wrappers take the written-out path inside a `fused()` block
+on the calling thread, for float32 tensors (RoPE: also float64) without autocast, and transformers' own code otherwise (a TRL model in
+the side-by-side benchmark, bf16 engines, anything outside the trainer's passes).
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import torch
+
+_STATE = threading.local()
+
+
+def active() -> bool:
+    """Whether the calling thread is inside a `fused()` block."""
+    return getattr(_STATE, "on", False)
+
+
+@contextlib.contextmanager
+def fused(on: bool = True):
+    """Within the block (this thread only), Qwen3 / Qwen3-MoE RMSNorm and RoPE take the written-out path."""
+    before = active()
+    _STATE.on = on
+    try:
+        yield
+    finally:
+        _STATE.on = before
+
+
+class RMSNormFn(torch.autograd.Function):
+    """y = w * (x * r), r = rsqrt(mean(x^2, -1) + eps); x (..., n), w (n,) -> y (..., n)."""
+
+    @staticmethod
+    def forward(ctx, x, w, eps: float):
+        r = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)  # (..., 1)
+        ctx.save_for_backward(x, w, r)
+        return w * (x * r)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w, r = ctx.saved_tensors
+        gw = g * w  # (..., n)
+        coef = r.pow(3).mul_((gw * x).sum(-1, keepdim=True)).div_(x.shape[-1])  # (..., 1): r^3 mean(g w x)
+        dx = gw.mul_(r).addcmul_(x, coef, value=-1.0) if ctx.needs_input_grad[0] else None
+        dw = None
+        if ctx.needs_input_grad[1]:  # a trained norm (full fine-tuning): sum over positions of g * x r
+            dw = (g * (x * r)).reshape(-1, x.shape[-1]).sum(0)
+        return dx, dw, None
+
+
+class RotaryFn(torch.autograd.Function):
+    """y = x cos + rotate_half(x) sin, rotate_half(x) = (-x2, x1) over the halves of the last dim; x (..., d),
+    cos / sin broadcastable to x, constant (no gradient)."""
+
+    @staticmethod
+    def forward(ctx, x, cos, sin):
+        h = x.shape[-1] // 2
+        y = x * cos
+        y[..., :h].addcmul_(x[..., h:], sin[..., :h], value=-1.0)  # y1 = x1 cos - x2 sin
+        y[..., h:].addcmul_(x[..., :h], sin[..., h:])  # y2 = x2 cos + x1 sin
+        ctx.save_for_backward(cos, sin)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        cos, sin = ctx.saved_tensors
+        h = g.shape[-1] // 2
+        dx = g * cos
+        dx[..., :h].addcmul_(g[..., h:], sin[..., h:])  # dx1 = g1 cos + g2 sin
+        dx[..., h:].addcmul_(g[..., :h], sin[..., :h], value=-1.0)  # dx2 = g2 cos - g1 sin
+        return dx, None, None
+
+
+def _plain(*tensors) -> bool:
+    """One float32 or float64 dtype for all, and no autocast (a bf16 engine keeps transformers' path)."""
+    dtypes = {t.dtype for t in tensors}
+    return (len(dtypes) == 1 and dtypes <= {torch.float32, torch.float64}
+            and not torch.is_autocast_enabled(tensors[0].device.type))
+
+
+def _wrap_norm(cls) -> None:
+    own = cls.forward
+
+    def forward(self, hidden_states):
+        # float32 only: transformers computes the norm of other dtypes in float32, and so does its path here
+        if active() and _plain(hidden_states, self.weight) and hidden_states.dtype == torch.float32:
+            return RMSNormFn.apply(hidden_states, self.weight, self.variance_epsilon)
+        return own(self, hidden_states)
+
+    forward.gpolib_wrapped = own
+    cls.forward = forward
+
+
+def _wrap_rotary(module) -> None:
+    own = module.apply_rotary_pos_emb
+
+    def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim: int = 1):
+        if active() and _plain(q, k, cos, sin) and not (cos.requires_grad or sin.requires_grad):
+            cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+            return RotaryFn.apply(q, cos, sin), RotaryFn.apply(k, cos, sin)
+        return own(q, k, cos, sin, unsqueeze_dim)
+
+    apply_rotary_pos_emb.gpolib_wrapped = own
+    module.apply_rotary_pos_emb = apply_rotary_pos_emb
+
+
+def install() -> None:
+    """Wrap Qwen3's and Qwen3-MoE's RMSNorm.forward and apply_rotary_pos_emb (once per process)."""
+    from transformers.models.qwen3 import modeling_qwen3 as dense
+    from transformers.models.qwen3_moe import modeling_qwen3_moe as moe
+
+    for module, norm in ((dense, dense.Qwen3RMSNorm), (moe, moe.Qwen3MoeRMSNorm)):
+        if not hasattr(norm.forward, "gpolib_wrapped"):
+            _wrap_norm(norm)
+        if not hasattr(module.apply_rotary_pos_emb, "gpolib_wrapped"):
+            _wrap_rotary(module)
+
+
+install()
