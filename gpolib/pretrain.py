@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM
 
 from gpolib.models import EMBEDDED, tiny_config
+from gpolib.runtime import deterministic_cpu
 from gpolib.tasks import (MAX_OPS, MIN_OPS, N_OPS_CYCLE, P_MUL, SPLIT_N_OPS, SPLIT_P_MUL, default_task_path, load_tasks,
                           make_problem, repo_root, solution_text)
 from gpolib.tokenizer import build_tokenizer
@@ -150,6 +151,7 @@ def pretrain(cfg: PretrainConfig, show_progress: bool = True) -> list[float]:
     labels, AdamW step; 4. save_pretrained (safetensors), tokenizer, log.
     """
     torch.manual_seed(cfg.seed)
+    deterministic_cpu("cpu")  # the fine MoE's grouped expert matmul repeats its gradients only so (a rebuild is exact)
     rng = random.Random(cfg.seed)
     tok = build_tokenizer(padding_side="right")
     model = AutoModelForCausalLM.from_config(tiny_config(cfg.arch, len(tok), tok.pad_token_id, tok.eos_token_id))

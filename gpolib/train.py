@@ -26,7 +26,7 @@ from .metrics import update_missing
 from .rewards import correctness_reward, soft_overlong_penalty
 from .rollout import Rollout, autocast, generate
 from .rundir import RunDir
-from .runtime import cpu_threads
+from .runtime import cpu_threads, deterministic_cpu
 from .tasks import render_prompt
 from .policy import Policy
 from .update import update
@@ -51,6 +51,7 @@ class Trainer:
         self.cfg = cfg
         torch.manual_seed(cfg.seed)
         device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device
+        deterministic_cpu(device)  # an MoE's grouped expert matmul repeats its gradients only so
         # data first: a bad task file fails before the model is loaded
         self.train_tasks = load_tasks(cfg.task_train)
         self.eval_tasks = load_tasks(cfg.task_eval)[: cfg.eval_prompts]

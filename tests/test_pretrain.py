@@ -63,3 +63,26 @@ def test_micro_batches_out_of_range_are_refused():
         PretrainConfig(arch="dense", micro_batches=0)
     with pytest.raises(ValueError, match="micro_batches=65"):
         PretrainConfig(arch="dense", micro_batches=65, batch_size=64)
+
+
+def test_the_fine_moe_gradient_repeats_bit_for_bit_on_two_threads():
+    """The fine-grained MoE (transformers' grouped expert matmul) on 2 threads: with `runtime.deterministic_cpu`, as the
+    trainer and the pre-training set it, two backward passes of one batch give equal gradients in every parameter
+    (without it they differed in all 86 on this machine, every time)."""
+    from gpolib.runtime import cpu_threads, deterministic_cpu
+
+    deterministic_cpu("cpu")
+    assert torch.are_deterministic_algorithms_enabled()
+    tok = build_tokenizer(padding_side="right")
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(tiny_config("moe-fine", len(tok), tok.pad_token_id, tok.eos_token_id))
+    assert model.config._experts_implementation == "grouped_mm"
+    batch = sft_batch(reserved_prompts(), tok, random.Random(0), PretrainConfig(arch="moe-fine", batch_size=32))
+    grads = []
+    with cpu_threads(2):
+        for _ in range(2):
+            model.zero_grad(set_to_none=True)
+            batch_step(model, batch, 2, True)
+            grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys() and len(grads[0]) > 80
+    assert [n for n in grads[0] if not torch.equal(grads[0][n], grads[1][n])] == []
