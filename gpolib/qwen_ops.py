@@ -9,7 +9,7 @@ backward is the rotation by -theta. Equal to transformers' within float rounding
 tests/test_qwen_ops.py); on the embedded policy the trainer's forward + backward of a rollout takes 0.91-0.92x the
 time at 2 threads (benchmarks/train_pass.py --fused).
 
-They act only where asked: `install()` (idempotent, done on import) wraps Qwen3's and Qwen3-MoE's
+They act only where asked: `install()` (idempotent, done by the first `fused()` block) wraps Qwen3's and Qwen3-MoE's
 `RMSNorm.forward` and `apply_rotary_pos_emb` once; the wrappers take the written-out path inside a `fused()` block
 on the calling thread, for float32 tensors (RoPE: also float64) without autocast, and transformers' own code otherwise (a TRL model in
 the side-by-side benchmark, bf16 engines, anything outside the trainer's passes).
@@ -32,6 +32,8 @@ def active() -> bool:
 @contextlib.contextmanager
 def fused(on: bool = True):
     """Within the block (this thread only), Qwen3 / Qwen3-MoE RMSNorm and RoPE take the written-out path."""
+    if on:
+        install()  # here, not at import: importing gpolib loads no transformers model code
     before = active()
     _STATE.on = on
     try:
@@ -128,5 +130,3 @@ def install() -> None:
         if not hasattr(module.apply_rotary_pos_emb, "gpolib_wrapped"):
             _wrap_rotary(module)
 
-
-install()

@@ -11,6 +11,8 @@ from transformers.models.qwen3_moe import modeling_qwen3_moe as mqm
 from gpolib import qwen_ops
 from gpolib.models import EMBEDDED, load_policy
 
+qwen_ops.install()  # the tests read transformers' own functions through the wrappers
+
 
 def _rope(b=2, L=7, d=32, dtype=torch.float64):
     """cos, sin (b, L, d) of Qwen3's RoPE (theta 1e6) at positions 0..L-1, computed in float64: angle p * theta^(-2i/d)
