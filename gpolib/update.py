@@ -5,8 +5,9 @@ accumulation (memory is bounded by one micro-batch); rows whose advantage is 0 a
 beta = 0 (they add nothing but a denominator share, `objectives.subset_scale`). Diagnostics are the
 additive `Mean`s of `policy_loss` plus the update's own, pooled over micro-batches by `+` and averaged
 over minibatches, without the loop knowing their names. On an MoE policy the update also measures GSPO's
-routing volatility, `moe/expert_change` (Sec. 5.3): the rollout's experts under pi_old (Routing Replay's
-record, else one no-grad pass) against one no-grad pass after each optimiser step. The phase reads the
+routing volatility, `moe/expert_change` (Sec. 5.3): the rollout's experts under pi_old against one no-grad pass
+after each optimiser step, every routing pass packed (`_routing_pass`); without Routing Replay the pass under
+pi_old also gives the later minibatches' pi_old, so measuring adds no pass before the update. The phase reads the
 `Policy` (model, parameters, optimiser), the config and the baseline (whose `update` takes the value
 model's steps under PPO / VAPO); nothing else of the trainer.
 """
@@ -35,8 +36,10 @@ def update(policy: Policy, cfg, baseline, batch: Batch, step: int) -> dict:
     minibatches = [mb.sort().values for mb in torch.randperm(B, generator=gen).chunk(c.mu)]
     # rows with A = 0 add nothing but a denominator share when beta = 0: skip their passes, rescale
     active = active_rows(c, batch)
-    olds, experts = pi_old(policy, c, batch, minibatches, active)
-    routes = (experts or _routing(policy, c, batch)) if c.log_expert_change and moe.is_moe(policy.model) else None
+    if c.log_expert_change and moe.is_moe(policy.model):
+        olds, experts, routes = _pi_old_and_routes(policy, c, batch, minibatches, active)
+    else:
+        (olds, experts), routes = pi_old(policy, c, batch, minibatches, active), None
     policy.model.train()
     parts = [_minibatch_step(policy, c, batch, mb, active, old, experts, step, routes)
              for mb, old in zip(minibatches, olds)]
@@ -91,24 +94,61 @@ def _recompute_with_routing(policy: Policy, cfg, batch: Batch) -> tuple:
         return lp.clone(), moe.stack_by_layer(experts, len(moe.routers(policy.model)))
 
 
-def _routing(policy: Policy, cfg, batch: Batch) -> list:
-    """Each MoE layer's experts for every position of every row under the current policy, no grad: one
-    (B*(P+T), k) per layer, rows in order (laid out as `_recompute_with_routing` records them)."""
+ROUTING_PACK_ROWS = 8
+"""rows per packed sequence in the routing passes: on notebook 08's fine-grained MoE (one rollout batch of 128 rows,
+completions 97 tokens on average in a width of 192, so a padded pass feeds 1.85 positions per real one), pi_old of
+3/4 of the rows plus a padded routing pass took 3.93 s on one thread, one packed pass giving both 2.79 s at 16 rows,
+2.26 s at 8, 2.45 s at 4 (attention over a packed sequence grows with its square); `benchmarks/moe_routing_pass.py`"""
+
+
+def _pi_old_and_routes(policy: Policy, cfg, batch: Batch, minibatches: list, active: torch.Tensor) -> tuple:
+    """`pi_old`'s (log pi_old per minibatch, experts to replay) and the rollout's routing under pi_old in the packed
+    layout of `_routing_pass`, for `moe/expert_change`:
+    - Routing Replay: the replayed record, moved to the packed order (`moe.to_packed`);
+    - pi_old recomputed by the trainer: one packed pass over every row gives both the routing and the later
+      minibatches' pi_old (the first minibatch's is its own detached forward, as in `pi_old`);
+    - the engine's log-probs as pi_old: one packed routing pass.
+    The packed and padded passes route a token alike but for near-ties: on the fine-grained MoE 2.5e-6 of the
+    (token, layer, slot) experts differed (`benchmarks/moe_routing_pass.py`), the floor of the measure under replay."""
+    c = cfg
+    if c.old_logps == "trainer" and not c.routing_replay:
+        old, routes = _routing_pass(policy, c, batch)
+        return [None] + [old] * (len(minibatches) - 1), None, routes
+    olds, experts = pi_old(policy, c, batch, minibatches, active)
+    routes = moe.to_packed(experts, _real_positions(batch)) if experts else _routing(policy, c, batch)
+    return olds, experts, routes
+
+
+def _real_positions(batch: Batch) -> torch.Tensor:
+    """(B, P+T) bool: the rollout's real (prompt or completion) positions, whose row-major order is the packed one."""
+    ro = batch.rollout
+    return torch.cat([ro.prompt_mask, ro.completion_mask], dim=1).bool()
+
+
+def _routing_pass(policy: Policy, cfg, batch: Batch) -> tuple:
+    """One packed no-grad pass over every row under the current policy: log-probs (B, T) and each MoE layer's
+    experts, one (N, k) per layer over the N real positions in row-major order (`logprobs.packed_layout`)."""
     experts: list = []
     policy.model.eval()
     with torch.inference_mode(), moe.record_routing(policy.model, experts):
-        policy.logps(batch.rollout, chunk_rows=cfg.micro_batch_rows, bucket=False)
-    return moe.stack_by_layer(experts, len(moe.routers(policy.model)))
+        lp = policy.logps(batch.rollout, chunk_rows=ROUTING_PACK_ROWS, packed=True)
+    return lp.clone(), moe.stack_by_layer(experts, len(moe.routers(policy.model)))
+
+
+def _routing(policy: Policy, cfg, batch: Batch) -> list:
+    """Each MoE layer's experts at every real position of every row under the current policy (`_routing_pass`)."""
+    return _routing_pass(policy, cfg, batch)[1]
 
 
 def _routing_moved(policy: Policy, cfg, batch: Batch, routes: list) -> dict:
     """GSPO's routing volatility after an optimiser step: the share of the rollout's activated completion-token
-    experts that the updated policy routes elsewhere than pi_old (`moe.expert_change`), overall and per layer."""
+    experts that the updated policy routes elsewhere than pi_old (`moe.expert_change`), overall and per layer;
+    `routes`: pi_old's, in the packed layout of `_routing_pass`."""
     after = _routing(policy, cfg, batch)
     policy.model.train()
     ro = batch.rollout
     comp = torch.cat([torch.zeros_like(ro.prompt_mask), ro.completion_mask], dim=1)  # (B, P+T)
-    overall, per_layer = moe.expert_change(routes, after, comp.reshape(-1))
+    overall, per_layer = moe.expert_change(routes, after, comp[_real_positions(batch)])  # mask (N,), packed order
     return {"moe/expert_change": overall.item(),
             **{f"moe/expert_change/l{i}": v for i, v in enumerate(per_layer.tolist())}}
 

@@ -427,3 +427,47 @@ def test_recorded_router_probs_pick_the_routers_experts():
     for p, e in zip(probs, picked):
         assert torch.allclose(p.sum(-1), torch.ones(len(p)))
         assert torch.equal(p.topk(k, dim=-1).indices.sort(-1).values, e.sort(-1).values)
+
+
+def test_loop_takes_pi_old_from_the_packed_routing_pass(tiny_cfg, monkeypatch):
+    """Without Routing Replay, measuring `moe/expert_change` adds no pass before the update: one packed pass gives the
+    routing under pi_old and the later minibatch's pi_old (no `_recompute`), then one packed pass per optimiser step.
+    Every pi_old the loss sees is the padded recompute's, row for row, to float32 rounding."""
+    from gpolib import update as upd
+    from gpolib.models import EMBEDDED
+    from gpolib.train import Trainer
+
+    tr = Trainer(tiny_cfg("gspo", model=EMBEDDED["moe"], steps=1, train_router=True, mu=2))
+    batch = tr.collect(0)
+    B = len(batch.correct)
+    batch.advantages = torch.linspace(-1, 1, B)  # distinct values name the rows
+    ref = upd._recompute(tr.policy, tr.cfg, batch, torch.arange(B))  # (B, T), padded and length-bucketed
+    passes, seen = [], []
+    real_pass, real_loss = upd._routing_pass, upd.policy_loss
+    monkeypatch.setattr(upd, "_routing_pass", lambda *a: passes.append(1) or real_pass(*a))
+    monkeypatch.setattr(upd, "_recompute", lambda *a: pytest.fail("pi_old recomputed apart from the routing pass"))
+    monkeypatch.setattr(upd, "policy_loss", lambda lp, old, adv, *a, **kw: seen.append((old, adv)) or
+                        real_loss(lp, old, adv, *a, **kw))
+    metrics = tr.update(batch, 0)
+    assert len(passes) == 1 + 2  # pi_old's, then one after each of mu = 2 optimiser steps
+    assert sum(len(adv) for _, adv in seen) == B and "moe/expert_change" in metrics
+    for old, adv in seen:
+        rows = (adv[:, None] == batch.advantages[None, :]).nonzero()[:, 1]  # (b,)
+        assert (old - ref[rows][:, : old.shape[1]]).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("replay", [False, True])
+def test_expert_change_is_zero_when_the_update_does_not_move_the_policy(tiny_cfg, replay):
+    """lr = 1e-12: the routing after each step is pi_old's, so the logged share is 0 whether pi_old's routing comes
+    from the packed pass or from Routing Replay's padded record moved to the packed order (`moe.to_packed`); a
+    misaligned layout would count about (k - overlap) / k of the slots as changed."""
+    from gpolib.models import EMBEDDED
+    from gpolib.train import Trainer
+
+    tr = Trainer(tiny_cfg("gspo", model=EMBEDDED["moe"], steps=1, train_router=True, mu=2, lr=1e-12,
+                          routing_replay=replay))
+    batch = tr.collect(0)
+    batch.advantages = torch.linspace(-1, 1, len(batch.correct))
+    metrics = tr.update(batch, 0)
+    assert metrics["moe/expert_change"] < 1e-3
+    assert all(metrics[f"moe/expert_change/l{i}"] < 1e-3 for i in range(4))
