@@ -34,6 +34,18 @@ def test_curve_match_prefix():
     assert out["steps_compared"] == 3 and out["max_abs_diff"] == pytest.approx(0.05)
 
 
+def test_a_rebuild_is_reused_only_for_the_same_recipe_and_threads():
+    from gpolib.pretrain import PretrainConfig
+
+    cfg = PretrainConfig(arch="moe-fine", steps=20, micro_batches=4, out="runs/rebuild-moe-fine")
+    log = {"config": {"arch": "moe-fine", "steps": 20, "micro_batches": 4, "out": "elsewhere"}, "torch_threads": 2}
+    assert base_models._same_recipe(log, cfg, threads=2)  # `out` aside, the same recipe
+    assert not base_models._same_recipe(log, cfg, threads=1)
+    older = {**log, "config": {"arch": "moe-fine", "steps": 20}}  # made before micro-batches: the default, 1
+    assert not base_models._same_recipe(older, cfg, threads=2)
+    assert base_models._same_recipe(older, PretrainConfig(arch="moe-fine", steps=20), threads=2)
+
+
 def test_advantage_table_one_correct_of_four():
     df = grpo.advantage_table(torch.tensor([1.0, 0, 0, 0, 1, 1, 1, 1]), 4)
     # group 0: mean 1/4, unbiased std 1/2 -> A = (1 - 1/4) / (1/2 + 1e-4)

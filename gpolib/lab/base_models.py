@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -69,7 +70,7 @@ def rebuild_base(arch: str, out_dir, steps: int | None = None) -> list:
     shipped = json.loads((resolve(EMBEDDED[arch]) / "train_log.json").read_text())
     cfg = shipped_config(arch, out=str(out_dir), **({} if steps is None else {"steps": steps}))
     log = Path(out_dir) / "train_log.json"
-    if log.exists() and json.loads(log.read_text())["config"]["steps"] == cfg.steps:
+    if log.exists() and _same_recipe(json.loads(log.read_text()), cfg, shipped["torch_threads"]):
         return json.loads(log.read_text())["loss"]
     before = torch.get_num_threads()
     torch.set_num_threads(shipped["torch_threads"])  # the shipped curve's thread count: same float sums
@@ -77,6 +78,16 @@ def rebuild_base(arch: str, out_dir, steps: int | None = None) -> list:
         return pretrain(cfg, show_progress=False)
     finally:
         torch.set_num_threads(before)
+
+
+def _same_recipe(recorded: dict, cfg, threads: int) -> bool:
+    """Whether a rebuild's train_log.json was made by the recipe `cfg` (every field but `out`; fields the log lacks
+    take their defaults) on `threads` torch threads: a rebuild of an older recipe or shipped model is redone."""
+    from ..pretrain import PretrainConfig
+
+    names = {f.name for f in fields(PretrainConfig)}
+    made = PretrainConfig(**{k: v for k, v in recorded["config"].items() if k in names})
+    return (replace(made, out=cfg.out) == cfg) and recorded.get("torch_threads") == threads
 
 
 def curve_match(rebuilt: list, shipped: list) -> dict:
