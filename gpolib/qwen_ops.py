@@ -1,4 +1,5 @@
-"""Qwen3's RMSNorm and rotary position embedding with their backward written out, for the trainer's passes.
+"""Qwen3's RMSNorm and rotary position embedding with their backward written out, and Qwen3-MoE's experts with fewer
+passes over memory, for the trainer's passes.
 
 transformers computes both as chains of small tensor ops, and autograd keeps and walks one node per op: RMSNorm
 (Zhang & Sennrich 2019, Eq. 4: y = w * x / sqrt(mean(x^2) + eps)) is 4 passes over memory forward and ~8 back;
@@ -9,10 +10,17 @@ backward is the rotation by -theta. Equal to transformers' within float rounding
 tests/test_qwen_ops.py); on the embedded policy the trainer's forward + backward of a rollout takes 0.91-0.92x the
 time at 2 threads (benchmarks/train_pass.py --fused).
 
+Qwen3-MoE's experts (`experts_forward`): transformers' grouped path multiplies each (token, slot) expert output of
+width H by its routing weight, gathers the slots back to token order and sums them, three passes over an (N k, H)
+tensor forward and as many back; here the routing weight multiplies the expert's SwiGLU product of width I (a linear
+map commutes with the scalar) and one `index_add` sums the slots into their tokens. Same grouped matmuls
+(`torch.nn.functional.grouped_mm`); equal to transformers' within float rounding (tests/test_qwen_ops.py).
+
 They act only where asked: `install()` (idempotent, done by the first `fused()` block) wraps Qwen3's and Qwen3-MoE's
-`RMSNorm.forward` and `apply_rotary_pos_emb` once; the wrappers take the written-out path inside a `fused()` block
-on the calling thread, for float32 tensors (RoPE: also float64) without autocast, and transformers' own code otherwise (a TRL model in
-the side-by-side benchmark, bf16 engines, anything outside the trainer's passes).
+`RMSNorm.forward`, `apply_rotary_pos_emb` and `Qwen3MoeExperts.forward` once; the wrappers take the written-out path
+inside a `fused()` block on the calling thread, for float32 tensors (RoPE: also float64) without autocast, and
+transformers' own code otherwise (a TRL model in the side-by-side benchmark, bf16 engines, the pre-training, anything
+outside the trainer's passes).
 """
 from __future__ import annotations
 
@@ -22,6 +30,8 @@ import threading
 import torch
 
 _STATE = threading.local()
+EXPERTS = True
+"""Qwen3-MoE's experts by `experts_forward` inside a `fused()` block; False: transformers' own (for comparisons)"""
 
 
 def active() -> bool:
@@ -119,8 +129,50 @@ def _wrap_rotary(module) -> None:
     module.apply_rotary_pos_emb = apply_rotary_pos_emb
 
 
+def experts_forward(hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
+                    gate_up_proj: torch.Tensor, down_proj: torch.Tensor, act_fn) -> torch.Tensor:
+    """Qwen3-MoE's routed experts: out_n = sum_j w_nj down_e(silu(gate_e x_n) * up_e x_n), e = top_k_index[n, j].
+
+    hidden_states (N, H), top_k_index (N, k) long, top_k_weights (N, k), gate_up_proj (E, 2I, H) [gate | up rows],
+    down_proj (E, H, I) -> (N, H). The N k (token, slot) pairs are
+    grouped by expert (a stable sort), each expert's rows go through the grouped matmuls, the routing weight scales
+    the (S, I) SwiGLU product rather than the (S, H) output, and `index_add` sums each token's slots."""
+    N, k = top_k_index.shape
+    flat = top_k_index.reshape(-1)  # (S,), S = N k
+    order = torch.argsort(flat, stable=True)  # (S,): slots grouped by expert
+    token = order // k  # (S,): the token of each grouped slot
+    offs = torch.bincount(flat, minlength=gate_up_proj.shape[0]).cumsum(0).to(torch.int32)  # (E,) group ends
+    x = hidden_states.index_select(0, token)  # (S, H)
+    gate_up = torch.nn.functional.grouped_mm(x, gate_up_proj.transpose(-2, -1), offs=offs)  # (S, 2I)
+    gate, up = gate_up.chunk(2, dim=-1)  # (S, I) each
+    w = top_k_weights.reshape(-1).index_select(0, order).unsqueeze(-1)  # (S, 1)
+    act = act_fn(gate) * up * w  # (S, I)
+    down = torch.nn.functional.grouped_mm(act, down_proj.transpose(-2, -1), offs=offs)  # (S, H)
+    return torch.zeros_like(hidden_states).index_add(0, token, down)  # (N, H)
+
+
+def _rows_of_16_bytes(*weights) -> bool:
+    """torch's CPU grouped matmul wants every row stride a multiple of 16 bytes (4 float32 columns)."""
+    return all(w.shape[-1] % 4 == 0 and w.shape[-2] % 4 == 0 for w in weights)
+
+
+def _wrap_experts(cls) -> None:
+    own = cls.forward
+
+    def forward(self, hidden_states, top_k_index, top_k_weights):
+        if EXPERTS and active() and hidden_states.dtype == torch.float32 and hasattr(torch.nn.functional, "grouped_mm"):
+            gate_up, down = self.gate_up_proj, self.down_proj  # under peft's LoRA: the adapted weights, read once
+            if _plain(hidden_states, gate_up, down, top_k_weights) and _rows_of_16_bytes(gate_up, down):
+                return experts_forward(hidden_states, top_k_index, top_k_weights, gate_up, down, self.act_fn)
+        return own(self, hidden_states, top_k_index, top_k_weights)
+
+    forward.gpolib_wrapped = own
+    cls.forward = forward
+
+
 def install() -> None:
-    """Wrap Qwen3's and Qwen3-MoE's RMSNorm.forward and apply_rotary_pos_emb (once per process)."""
+    """Wrap Qwen3's and Qwen3-MoE's RMSNorm.forward and apply_rotary_pos_emb, and Qwen3-MoE's experts' forward
+    (once per process)."""
     from transformers.models.qwen3 import modeling_qwen3 as dense
     from transformers.models.qwen3_moe import modeling_qwen3_moe as moe
 
@@ -129,4 +181,6 @@ def install() -> None:
             _wrap_norm(norm)
         if not hasattr(module.apply_rotary_pos_emb, "gpolib_wrapped"):
             _wrap_rotary(module)
+    if not hasattr(moe.Qwen3MoeExperts.forward, "gpolib_wrapped"):
+        _wrap_experts(moe.Qwen3MoeExperts)
 
