@@ -341,3 +341,26 @@ def test_trained_router_is_read_from_its_peft_wrapper(tok):
             ref_off = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits[:, -1]
     assert (got - ref).abs().max() <= 1e-10 and (got_off - ref_off).abs().max() <= 1e-10
     assert (ref - ref_off).abs().max() > 1e-3  # the two routers genuinely differ
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_moe_experts_as_grouped_matmuls_equal_the_per_expert_loop(tok, monkeypatch, autocast):
+    """A decode step's experts for 32+ tokens: two grouped matmuls (`decoder._grouped_swiglu`) against one SwiGLU per
+    expert, in float32 and under bf16 autocast (bf16 weights, float32 residual stream): the same tokens sampled and
+    the sampling log-probs equal to float32 rounding; the grouped path is the one taken."""
+    from gpolib.engine import decoder
+
+    model = random_model("moe-fine", tok, torch.float32)  # rows of 16 experts' width: bf16 rows of 32 bytes
+    ids, mask = _prompt_batch(tok, group=16)  # 16 rows per prompt: decode steps of >= 32 tokens
+    calls, real_grouped, real_check = [], decoder._grouped_swiglu, decoder._grouped
+    out = {}
+    for name, on in (("loop", False), ("grouped", True)):
+        monkeypatch.setattr(decoder, "_grouped", real_check if on else (lambda *a: False))
+        monkeypatch.setattr(decoder, "_grouped_swiglu", lambda *a: calls.append(name) or real_grouped(*a))
+        torch.manual_seed(3)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            out[name] = sample(model, ids, mask, _spec(tok, 24, engine="decoder", plan=(1, 1)))
+    assert set(calls) == {"grouped"}
+    assert torch.equal(out["loop"][0], out["grouped"][0])
+    cm = completion_masks(out["loop"][0], tok.eos_token_id)[0].bool()
+    assert (out["loop"][1] - out["grouped"][1])[cm].abs().max() <= 1e-5

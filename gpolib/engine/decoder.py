@@ -108,12 +108,36 @@ def _moe(x: torch.Tensor, lw: dict, out: torch.Tensor) -> torch.Tensor:
     flat = experts.reshape(-1)  # (m k,)
     order = flat.argsort()
     token = order // lw["top_k"]  # token of each (token, expert) pair, grouped by expert
-    xs, parts, s = x[token], [], 0
-    for e, c in enumerate(torch.bincount(flat, minlength=E).tolist()):
-        if c:
-            parts.append(_swiglu(xs[s:s + c], lw["e_gu"][e], lw["e_down"][e], lw=lw))
-            s += c
-    return out.index_add_(0, token, torch.cat(parts) * w.reshape(-1)[order].unsqueeze(1))
+    counts = torch.bincount(flat, minlength=E)  # (E,)
+    if _grouped(x, lw):
+        y = _grouped_swiglu(x[token], lw["e_gu"], lw["e_down"], counts, lw)  # (m k, H)
+    else:
+        xs, parts, s = x[token], [], 0
+        for e, c in enumerate(counts.tolist()):
+            if c:
+                parts.append(_swiglu(xs[s:s + c], lw["e_gu"][e], lw["e_down"][e], lw=lw))
+                s += c
+        y = torch.cat(parts)
+    return out.index_add_(0, token, y * w.reshape(-1)[order].unsqueeze(1))
+
+
+def _grouped(x: torch.Tensor, lw: dict) -> bool:
+    """Whether the experts can run as two grouped matmuls (`torch.nn.functional.grouped_mm`): its CPU kernel takes
+    float32 and bf16 weights whose rows are multiples of 16 bytes; other weights (int8 engines) keep the loop."""
+    w_gu, w_down = lw["e_gu"], lw["e_down"]
+    rows = (*w_gu.shape[1:], *w_down.shape[1:])  # (H, 2I, I, H)
+    return (hasattr(F, "grouped_mm") and x.dtype == torch.float32 and w_gu.dtype == w_down.dtype
+            and w_gu.dtype in (torch.float32, torch.bfloat16) and all(d * w_gu.element_size() % 16 == 0 for d in rows))
+
+
+def _grouped_swiglu(xs: torch.Tensor, w_gu: torch.Tensor, w_down: torch.Tensor, counts: torch.Tensor, lw: dict):
+    """`_swiglu` of every expert at once: xs (S, H) grouped by expert (counts (E,) rows each), w_gu (E, H, 2I),
+    w_down (E, I, H) -> (S, H); matmul inputs cast to the weights' dtype and outputs back, as `_mm` does."""
+    offs = counts.cumsum(0).to(torch.int32)  # (E,) group ends
+    h = F.grouped_mm(_qin(xs, lw).to(w_gu.dtype), w_gu, offs=offs).to(xs.dtype)  # (S, 2I)
+    n = h.shape[-1] // 2
+    a = _qin(F.silu(h[:, :n]).mul_(h[:, n:]), lw)  # (S, I)
+    return F.grouped_mm(a.to(w_down.dtype), w_down, offs=offs).to(xs.dtype)  # (S, H)
 
 
 def _mlp(h: torch.Tensor, x: torch.Tensor, lw: dict) -> torch.Tensor:
