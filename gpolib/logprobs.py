@@ -73,6 +73,23 @@ def _packed_chunk_logps(model, p_ids, p_mask, c_ids, c_mask, temperature: float,
     return logps, ent
 
 
+def chunks(prompt_mask, completion_mask, chunk_rows: int, trim: bool) -> list:
+    """The forward passes of `completion_logps`: (rows, p0, t) per chunk of `chunk_rows` rows, the chunk being
+    prompt columns p0: and completion columns :t of those rows. trim=True: rows sorted by completion length (stable)
+    and each chunk cut to its own longest prompt and completion; else rows in order at the full width."""
+    B, P = prompt_mask.shape
+    T = completion_mask.shape[1]
+    c_len = completion_mask.sum(dim=1)  # (B,)
+    order = torch.argsort(c_len, stable=True) if trim else torch.arange(B, device=c_len.device)
+    out = []
+    for s in range(0, B, chunk_rows):
+        rows = order[s:s + chunk_rows]
+        t = int(c_len[rows].max()) if trim else T
+        p0 = P - int(prompt_mask[rows].sum(dim=1).max()) if trim else 0  # left padding shared by the chunk's rows
+        out.append((rows, p0, t))
+    return out
+
+
 def completion_logps(model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature: float = 1.0,
                      chunk_rows: int = 64, with_entropy: bool = False, bucket: bool = True, packed: bool = False):
     """log pi(o_t | q, o_<t) under softmax(logits / temperature), for each completion token.
@@ -83,23 +100,17 @@ def completion_logps(model, prompt_ids, prompt_mask, completion_ids, completion_
     packed=True feeds each chunk of `chunk_rows` rows (in their order) as one packed sequence without padding
     (module docstring); a routing record of it is in packed order, `moe.to_packed` turns a padded one into it.
     """
-    B, T = completion_ids.shape
-    c_len = completion_mask.sum(dim=1)  # (B,)
-    order = torch.argsort(c_len, stable=True) if bucket and not packed else torch.arange(B, device=c_len.device)
+    T = completion_ids.shape[1]
     pad = lambda x: torch.nn.functional.pad(x, (0, T - x.shape[1]))  # (b, t) -> (b, T)
-    lps, ents = [], []
-    for s in range(0, B, chunk_rows):
-        rows = order[s:s + chunk_rows]
-        trim = bucket and not packed
-        t = int(c_len[rows].max()) if trim else T
-        p_keep = prompt_mask[rows].sum(dim=1).max() if trim else prompt_ids.shape[1]
-        p0 = prompt_ids.shape[1] - int(p_keep)  # left padding shared by every row of the chunk
+    lps, ents, order = [], [], []
+    for rows, p0, t in chunks(prompt_mask, completion_mask, chunk_rows, bucket and not packed):
         chunk = _packed_chunk_logps if packed else _chunk_logps
         lp, en = chunk(model, prompt_ids[rows, p0:], prompt_mask[rows, p0:], completion_ids[rows, :t],
                        completion_mask[rows, :t], temperature, with_entropy)
         lps.append(pad(lp))
         ents.append(pad(en) if with_entropy else None)
-    back = torch.argsort(order)  # chunk order -> original row order
+        order.append(rows)
+    back = torch.argsort(torch.cat(order))  # chunk order -> original row order
     logps = torch.cat(lps)[back] * completion_mask
     if not with_entropy:
         return logps

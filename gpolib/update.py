@@ -6,10 +6,10 @@ beta = 0 (they add nothing but a denominator share, `objectives.subset_scale`). 
 additive `Mean`s of `policy_loss` plus the update's own, pooled over micro-batches by `+` and averaged
 over minibatches, without the loop knowing their names. On an MoE policy the update also measures GSPO's
 routing volatility, `moe/expert_change` (Sec. 5.3): the rollout's experts under pi_old against one no-grad pass
-after each optimiser step, every routing pass packed (`_routing_pass`); without Routing Replay the pass under
-pi_old also gives the later minibatches' pi_old, so measuring adds no pass before the update. The phase reads the
-`Policy` (model, parameters, optimiser), the config and the baseline (whose `update` takes the value
-model's steps under PPO / VAPO); nothing else of the trainer.
+after each optimiser step, each a pass over the rollout in length-sorted chunks (`_routing_pass`); without Routing
+Replay the pass under pi_old also gives the later minibatches' pi_old, so measuring adds no pass before the update.
+The phase reads the `Policy` (model, parameters, optimiser), the config and the baseline (whose `update` takes the
+value model's steps under PPO / VAPO); nothing else of the trainer.
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import torch
 
 from . import moe
 from .collect import Batch
+from .logprobs import chunks
 from .metrics import Mean, Share, mean_of
 from .objectives import policy_loss, subset_scale
 from .policy import Policy
@@ -94,22 +95,16 @@ def _recompute_with_routing(policy: Policy, cfg, batch: Batch) -> tuple:
         return lp.clone(), moe.stack_by_layer(experts, len(moe.routers(policy.model)))
 
 
-ROUTING_PACK_ROWS = 8
-"""rows per packed sequence in the routing passes: on notebook 08's fine-grained MoE (one rollout batch of 128 rows,
-completions 97 tokens on average in a width of 192, so a padded pass feeds 1.85 positions per real one), pi_old of
-3/4 of the rows plus a padded routing pass took 3.93 s on one thread, one packed pass giving both 2.79 s at 16 rows,
-2.26 s at 8, 2.45 s at 4 (attention over a packed sequence grows with its square); `benchmarks/moe_routing_pass.py`"""
-
-
 def _pi_old_and_routes(policy: Policy, cfg, batch: Batch, minibatches: list, active: torch.Tensor) -> tuple:
     """`pi_old`'s (log pi_old per minibatch, experts to replay) and the rollout's routing under pi_old in the packed
     layout of `_routing_pass`, for `moe/expert_change`:
     - Routing Replay: the replayed record, moved to the packed order (`moe.to_packed`);
-    - pi_old recomputed by the trainer: one packed pass over every row gives both the routing and the later
+    - pi_old recomputed by the trainer: one routing pass over every row gives both the routing and the later
       minibatches' pi_old (the first minibatch's is its own detached forward, as in `pi_old`);
-    - the engine's log-probs as pi_old: one packed routing pass.
-    The packed and padded passes route a token alike but for near-ties: on the fine-grained MoE 2.5e-6 of the
-    (token, layer, slot) experts differed (`benchmarks/moe_routing_pass.py`), the floor of the measure under replay."""
+    - the engine's log-probs as pi_old: one routing pass.
+    Replay's record (one padded pass, rows in order at the full width) and a routing pass route a token alike but
+    for near-ties, the floor of the measure under replay (packed against padded: 2.5e-6 of the (token, layer, slot)
+    experts on the fine-grained MoE, `benchmarks/moe_routing_pass.py`)."""
     c = cfg
     if c.old_logps == "trainer" and not c.routing_replay:
         old, routes = _routing_pass(policy, c, batch)
@@ -126,13 +121,34 @@ def _real_positions(batch: Batch) -> torch.Tensor:
 
 
 def _routing_pass(policy: Policy, cfg, batch: Batch) -> tuple:
-    """One packed no-grad pass over every row under the current policy: log-probs (B, T) and each MoE layer's
-    experts, one (N, k) per layer over the N real positions in row-major order (`logprobs.packed_layout`)."""
+    """One no-grad pass over every row under the current policy: log-probs (B, T) and each MoE layer's experts, one
+    (N, k) per layer over the N real positions in row-major order (the packed order of `moe.to_packed`), whatever
+    order the forward passes ran in. The rows run in length-sorted chunks of `micro_batch_rows` (memory bounded as
+    in training), each cut to its longest row (`logprobs.chunks(trim=True)`).
+
+    On notebook 08's fine-grained MoE (128 rows, completions 97 tokens on average in a width of 192) one pass took
+    1.43 s on one thread at 16 rows a chunk, 1.53 s at 32, against 2.63 s for the packed layout it replaced (8 rows
+    per packed sequence: attention over the whole sequence under a block-diagonal mask, 8x the useful work) with
+    transformers' experts and 2.31 s packed with `qwen_ops.experts_forward`; the three route every token alike
+    (`benchmarks/moe_update_pass.py`)."""
+    chunk_rows = cfg.micro_batch_rows
+    ro = batch.rollout
     experts: list = []
     policy.model.eval()
     with torch.inference_mode(), moe.record_routing(policy.model, experts):
-        lp = policy.logps(batch.rollout, chunk_rows=ROUTING_PACK_ROWS, packed=True)
-    return lp.clone(), moe.stack_by_layer(experts, len(moe.routers(policy.model)))
+        lp = policy.logps(ro, chunk_rows=chunk_rows, bucket=True)
+    layers = moe.stack_by_layer(experts, len(moe.routers(policy.model)))  # per layer (sum_c b_c L_c, k)
+    keep = _real_positions(batch)  # (B, P+T)
+    P = ro.prompt_mask.shape[1]
+    kept, order = [], []
+    for rows, p0, t in chunks(ro.prompt_mask, ro.completion_mask, chunk_rows, trim=True):
+        kept.append(keep[rows][:, p0:P + t].reshape(-1))  # this chunk's padded positions: real or not
+        order.append(rows)
+    real = torch.cat(kept)  # (sum_c b_c L_c,) in the order the passes ran
+    rows = torch.cat(order)  # (B,): the rows in chunk order
+    row_of = torch.repeat_interleave(rows, keep.sum(dim=1)[rows])  # (N,): the row of each real position, chunk order
+    index = torch.argsort(row_of, stable=True)  # (N,): chunk order -> row-major (packed) order
+    return lp.clone(), [e[real.to(e.device)][index.to(e.device)] for e in layers]
 
 
 def _routing(policy: Policy, cfg, batch: Batch) -> list:

@@ -5,6 +5,7 @@ Models are random-weight and built here (Qwen3-MoE: the embedded config, 8 exper
 Qwen2-MoE: 4 experts top-2, shared expert, not renormalised), with LoRA as in training.
 """
 import contextlib
+import dataclasses
 import math
 
 import pytest
@@ -471,3 +472,29 @@ def test_expert_change_is_zero_when_the_update_does_not_move_the_policy(tiny_cfg
     metrics = tr.update(batch, 0)
     assert metrics["moe/expert_change"] < 1e-3
     assert all(metrics[f"moe/expert_change/l{i}"] < 1e-3 for i in range(4))
+
+
+def test_routing_pass_in_length_sorted_chunks_matches_the_packed_pass_position_for_position(tiny_cfg):
+    """`update._routing_pass` runs length-sorted padded chunks, yet hands back the routing in the packed (row-major)
+    order: in float64, where no near-tie can flip, every (position, layer, slot) expert is the packed pass's
+    (`completion_logps(packed=True)`, one sequence per row) and the log-probs agree to 1e-10; chunks of 1, 3 and all
+    the rows give the same record."""
+    from gpolib import update as upd
+    from gpolib.models import EMBEDDED
+    from gpolib.train import Trainer
+
+    tr = Trainer(tiny_cfg("grpo", model=EMBEDDED["moe"], steps=1, train_router=True, mu=2))
+    batch = tr.collect(0)
+    tr.policy.model.double()
+    tr.policy.model.config._experts_implementation = "eager"  # torch's grouped matmul has no float64 kernel
+    ro, store = batch.rollout, []
+    with torch.inference_mode(), moe.record_routing(tr.policy.model, store):
+        lp_ref = tr.policy.logps(ro, chunk_rows=1, packed=True)
+    ref = moe.stack_by_layer(store, len(moe.routers(tr.policy.model)))
+    assert len(ro.lengths.unique()) > 1  # rows of several lengths: the sort moves them
+    for chunk_rows in (1, 3, len(batch.correct)):
+        lp, got = upd._routing_pass(tr.policy, dataclasses.replace(tr.cfg, micro_batch_rows=chunk_rows), batch)
+        assert len(got) == len(ref)
+        for a, b in zip(ref, got):
+            assert torch.equal(a, b)
+        assert (lp - lp_ref).abs().max() < 1e-10

@@ -1,0 +1,156 @@
+"""The passes of one fine-grained MoE update (notebook 08), timed per variant on one thread (a notebook job's).
+
+An update of notebook 08's `grpo` arm (mu = 4, router trainable, `moe/expert_change` logged) runs, per RL step:
+- 1 + mu no-grad routing passes over the whole rollout (`update._routing_pass`: the routing under pi_old, which
+  also gives the later minibatches' pi_old, then the routing after each optimiser step);
+- the training forward + backward of each minibatch's active rows, in micro-batches of 16 rows.
+Variants, on one real rollout batch of the arm (16 prompts x 8, bf16 engine), LoRA B drawn N(0, 0.02):
+- experts: transformers' grouped path (`experts_implementation='grouped_mm'`) against `qwen_ops.experts_forward`
+  (routing weight on the SwiGLU product, one index_add), for a routing pass and a training micro-batch;
+- routing pass layout: packed (R rows per sequence, block-diagonal attention) against length-bucketed padded chunks
+  (`update._routing_pass`: rows sorted by length, each chunk cut to its longest row);
+- the rollout itself (the decoder under bf16 autocast): one SwiGLU per expert in a Python loop against two grouped
+  matmuls (`engine.decoder._grouped_swiglu`), same prompts and seed.
+Prints the agreement of each variant with the reference (share of (completion token, layer, slot) experts that
+differ, max |log-prob difference|, max |gradient difference|), seconds per variant per repeat (interleaved, order
+alternating) and the median ratio to the first variant of its group.
+
+    python benchmarks/moe_update_pass.py [--repeats 3] [--threads 1]
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import statistics
+import time
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+import torch  # noqa: E402
+
+from gpolib import moe, qwen_ops  # noqa: E402
+from gpolib.engine import decoder  # noqa: E402
+from gpolib import update as upd  # noqa: E402
+from gpolib.lab import gspo_moe  # noqa: E402
+from gpolib.lab.runs import configs  # noqa: E402
+from gpolib.models import EMBEDDED  # noqa: E402
+from gpolib.runtime import deterministic_cpu  # noqa: E402
+from gpolib.train import Trainer  # noqa: E402
+
+
+def routing(trainer: Trainer, batch, fused: bool, packed: bool = False, rows: int = 16) -> tuple:
+    """One no-grad pass over every row: log-probs (B, T) and each layer's experts in packed order; packed: `rows`
+    rows per packed sequence (the layout before `update._routing_pass`), else `update._routing_pass` in chunks of
+    `rows` rows."""
+    qwen_ops.EXPERTS = fused
+    try:
+        if not packed:
+            return upd._routing_pass(trainer.policy, dataclasses.replace(trainer.cfg, micro_batch_rows=rows), batch)
+        store: list = []
+        trainer.model.eval()
+        with torch.inference_mode(), moe.record_routing(trainer.model, store):
+            lp = trainer.policy.logps(batch.rollout, chunk_rows=rows, packed=True)
+        return lp, moe.stack_by_layer(store, len(moe.routers(trainer.model)))
+    finally:
+        qwen_ops.EXPERTS = True
+
+
+def train_micro(trainer: Trainer, batch, rows: torch.Tensor, fused: bool) -> list:
+    """Forward + backward of one micro-batch (sum of its log-probs): the trainable parameters' gradients."""
+    pol = trainer.policy
+    qwen_ops.EXPERTS = fused
+    pol.model.train()
+    try:
+        lp = pol.logps(batch.rollout, rows, chunk_rows=len(rows))
+        (lp * batch.loss_mask[rows]).sum().backward()
+        grads = [p.grad.clone() for p in pol.params if p.grad is not None]
+        pol.opt.zero_grad(set_to_none=True)
+        return grads
+    finally:
+        qwen_ops.EXPERTS = True
+        pol.model.eval()
+
+
+def rollout(trainer: Trainer, grouped: bool):
+    """The rollout of step 0's prompts (16 x 8) by the run's engine, its experts grouped or looped."""
+    real = decoder._grouped
+    decoder._grouped = real if grouped else (lambda *a: False)
+    try:
+        torch.manual_seed(0)
+        return trainer.rollout(trainer.sample_prompts(0, 0), trainer.cfg.group_size)
+    finally:
+        decoder._grouped = real
+
+
+def seconds(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def compare(groups: dict, repeats: int) -> None:
+    for title, variants in groups.items():
+        names, times = list(variants), {n: [] for n in variants}
+        for rep in range(repeats):
+            for name in (names if rep % 2 == 0 else names[::-1]):
+                times[name].append(seconds(variants[name]))
+        base = times[names[0]]
+        print(f"-- {title}")
+        for name, ts in times.items():
+            ratio = statistics.median(t / b for t, b in zip(ts, base))
+            print(f"   {name:28s} s {[round(t, 3) for t in ts]}; / {names[0]}: median {ratio:.3f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (a notebook's job has 1)")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    deterministic_cpu("cpu")
+    shared = {"model": EMBEDDED["moe-fine"], "eval_prompts": 8, "steps": 1}
+    cfg = configs({"grpo": gspo_moe.ARMS["grpo"]}, shared)["grpo"]
+    trainer = Trainer(cfg)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, p in trainer.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.02)
+    batch = trainer.collect(0)
+    ro = batch.rollout
+    comp = torch.cat([torch.zeros_like(ro.prompt_mask), ro.completion_mask], dim=1)[upd._real_positions(batch)]
+    real = ro.completion_mask.bool()
+    ref_lp, ref_rt = routing(trainer, batch, False, packed=True, rows=8)
+    for name, kw in {"packed@8 qwen_ops": dict(fused=True, packed=True, rows=8),
+                     "bucketed@16 qwen_ops": dict(fused=True, rows=16),
+                     "bucketed@32 qwen_ops": dict(fused=True, rows=32)}.items():
+        lp, rt = routing(trainer, batch, **kw)
+        differ, _ = moe.expert_change(ref_rt, rt, comp)
+        print(f"{name}: experts differing from packed@8 transformers {differ.item():.2e}; max |log-prob diff| "
+              f"{(lp - ref_lp)[real].abs().max():.2e}")
+    micro = torch.argsort(ro.lengths, descending=True)[:16].sort().values  # the longest micro-batch
+    g0, g1 = train_micro(trainer, batch, micro, False), train_micro(trainer, batch, micro, True)
+    rel = max(((a - b).abs().max() / a.abs().max().clamp(min=1e-30)).item() for a, b in zip(g0, g1))
+    print(f"training micro-batch (16 longest rows): max relative gradient difference, qwen_ops experts vs "
+          f"transformers' {rel:.2e}")
+    loop, grouped = rollout(trainer, False), rollout(trainer, True)
+    same = torch.equal(loop.completion_ids, grouped.completion_ids)
+    diff = (loop.sample_logps - grouped.sample_logps)[loop.completion_mask.bool()].abs().max().item() if same else None
+    print(f"rollout, grouped vs looped experts: same tokens {same}, max |sampling log-prob diff| {diff}")
+    compare({
+        "routing pass over the rollout (128 rows)": {
+            "packed@8 transformers": lambda: routing(trainer, batch, False, packed=True, rows=8),
+            "packed@8 qwen_ops": lambda: routing(trainer, batch, True, packed=True, rows=8),
+            "bucketed@16 qwen_ops": lambda: routing(trainer, batch, True, rows=16),
+            "bucketed@32 qwen_ops": lambda: routing(trainer, batch, True, rows=32)},
+        "training forward + backward (16 longest rows)": {
+            "transformers": lambda: train_micro(trainer, batch, micro, False),
+            "qwen_ops": lambda: train_micro(trainer, batch, micro, True)},
+        "rollout, 16 prompts x 8 (bf16 engine)": {
+            "experts looped": lambda: rollout(trainer, False),
+            "experts grouped": lambda: rollout(trainer, True)},
+    }, args.repeats)
+
+
+if __name__ == "__main__":
+    main()
