@@ -10,7 +10,7 @@ Without Routing Replay, an update of mu minibatches on an MoE policy ran, beside
 That is mu + 1 routing passes over the whole batch at its full padded width. Variants timed here, each giving the
 same quantities (the routing of every row, and pi_old of the later rows):
 - `padded`: the update before this change, `_recompute` + one padded routing pass;
-- `packed@R`: the update now (`update._routing_pass`, R = `update.ROUTING_PACK_ROWS`): one packed pass
+- `packed@R`: the update until `moe_update_pass.py` (R rows per packed sequence, 8 in it): one packed pass
   (`completion_logps(packed=True)`, R rows per packed sequence) that records the routing and returns every row's
   log-probs, the later rows' pi_old among them; each routing pass after a step is one such pass too.
 The rollout is one real rollout batch of notebook 08's `grpo` arm (fine-grained MoE, bf16 engine, 16 prompts x 8),
@@ -60,6 +60,19 @@ def packed_pass(trainer: Trainer, batch, rows_per_pack: int) -> tuple:
     return lp, moe.stack_by_layer(store, len(moe.routers(model)))
 
 
+def grpo_rollout() -> tuple:
+    """A trainer of notebook 08's `grpo` arm on the fine-grained MoE, LoRA B drawn N(0, 0.02) (a policy that has
+    moved), and its first rollout batch (16 prompts x 8): (trainer, batch)."""
+    shared = {"model": EMBEDDED["moe-fine"], "eval_prompts": 8, "steps": 1}
+    trainer = Trainer(configs({"grpo": gspo_moe.ARMS["grpo"]}, shared)["grpo"])
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, p in trainer.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.02)
+    return trainer, trainer.collect(0)
+
+
 def seconds(fn) -> float:
     t0 = time.perf_counter()
     fn()
@@ -73,16 +86,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch threads (a notebook's job has 1)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    shared = {"model": EMBEDDED["moe-fine"], "eval_prompts": 8, "steps": 1}
-    cfg = configs({"grpo": gspo_moe.ARMS["grpo"]}, shared)["grpo"]
-    trainer = Trainer(cfg)
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for name, p in trainer.model.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0.0, 0.02)
-    batch = trainer.collect(0)
-    ro = batch.rollout
+    trainer, batch = grpo_rollout()
+    cfg, ro = trainer.cfg, batch.rollout
     B, T = ro.completion_ids.shape
     P = ro.prompt_ids.shape[1]
     real = float(ro.prompt_mask.sum() + ro.completion_mask.sum())

@@ -31,11 +31,9 @@ import torch  # noqa: E402
 from gpolib import moe, qwen_ops  # noqa: E402
 from gpolib.engine import decoder  # noqa: E402
 from gpolib import update as upd  # noqa: E402
-from gpolib.lab import gspo_moe  # noqa: E402
-from gpolib.lab.runs import configs  # noqa: E402
-from gpolib.models import EMBEDDED  # noqa: E402
 from gpolib.runtime import deterministic_cpu  # noqa: E402
 from gpolib.train import Trainer  # noqa: E402
+from moe_routing_pass import grpo_rollout  # noqa: E402  (benchmarks/, the script's folder)
 
 
 def routing(trainer: Trainer, batch, fused: bool, packed: bool = False, rows: int = 16) -> tuple:
@@ -108,15 +106,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     deterministic_cpu("cpu")
-    shared = {"model": EMBEDDED["moe-fine"], "eval_prompts": 8, "steps": 1}
-    cfg = configs({"grpo": gspo_moe.ARMS["grpo"]}, shared)["grpo"]
-    trainer = Trainer(cfg)
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for name, p in trainer.model.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0.0, 0.02)
-    batch = trainer.collect(0)
+    trainer, batch = grpo_rollout()
     ro = batch.rollout
     comp = torch.cat([torch.zeros_like(ro.prompt_mask), ro.completion_mask], dim=1)[upd._real_positions(batch)]
     real = ro.completion_mask.bool()
