@@ -88,3 +88,15 @@ def test_long_runs_queue_first_and_equal_ones_seed_major():
         "grpo/seed0", "dapo/seed0", "grpo/seed1", "dapo/seed1", "grpo/seed2", "dapo/seed2"]
     costs = [prefetch.run_cost(c) for _, c, _ in todo]
     assert costs == sorted(costs, reverse=True) and costs[0] > 1.5 * costs[-1]
+
+
+def test_runs_of_a_deeper_model_queue_before_equal_runs_of_a_shallower_one():
+    """08: every run on the fine-grained MoE (8 layers) before the 8-expert MoE's (4 layers), whose token counts are
+    the same: the short runs fill in at the end instead of leaving one long run alone there."""
+    from gpolib.models import EMBEDDED
+
+    assert prefetch.model_layers(EMBEDDED["moe-fine"]) == 8 and prefetch.model_layers(EMBEDDED["moe"]) == 4
+    assert prefetch.model_layers("Qwen/Qwen3-0.6B") == 1  # a hub name: no local config to read
+    todo = prefetch.pending([_jobs("08")["08"]])
+    arms = [label.split()[1].split("/")[0] for label, _, _ in todo]
+    assert len(arms) == 18 and arms[-3:] == ["grpo_coarse"] * 3 and "grpo_coarse" not in arms[:-3]

@@ -8,8 +8,8 @@ does not scale across threads). This builds each notebook's configurations exact
 (`runs.budget` from the parameters cell and the profile, `runs.configs` over the lab module's `ARMS`,
 `runs.run_dirs` with its `HOME`), trains the unfinished ones, and leaves them for the notebook to reuse:
 its folder table then says `finished` for every run. A run shared by two notebooks (a `HOME` baseline)
-is trained once. The queue starts the costliest runs first (`run_cost`, `pending`), so that no long run is left
-alone at its end.
+is trained once. The queue starts the costliest runs first (`run_cost` x `model_layers`, `pending`), so that no
+long run is left alone at its end.
 
 A notebook takes part when its lab module (`gpolib.lab.<name without the NN_ prefix>`) defines `ARMS`.
 """
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import json
 import multiprocessing as mp
 import time
 from pathlib import Path
@@ -76,9 +77,16 @@ def run_cost(cfg) -> float:
     return cfg.steps * step + (cfg.value_pretrain_len * (gen + kept) if value else 0)
 
 
+def model_layers(model: str) -> int:
+    """The decoder layers of a local model folder (its config.json's num_hidden_layers), 1 for a hub name: the
+    per-position factor of a run's cost between models (notebook 08's fine-grained MoE has 8, its 8-expert MoE 4)."""
+    config = paths.resolve(model) / "config.json"
+    return json.loads(config.read_text()).get("num_hidden_layers", 1) if config.is_file() else 1
+
+
 def pending(jobs: list) -> list:
-    """(label, config, folder) of every unfinished run, each folder once, longest first (`run_cost`), runs of
-    equal cost seed-major (every arm's seed 0 first, then seed 1, ...).
+    """(label, config, folder) of every unfinished run, each folder once, longest first (`run_cost` x
+    `model_layers`), runs of equal cost seed-major (every arm's seed 0 first, then seed 1, ...).
 
     With n processes the queue ends when its last run does: started last, a long run (a VAPO run is three
     times a DAPO run) would run alone at the end while the other processes idle; started first, it leaves the
@@ -90,7 +98,7 @@ def pending(jobs: list) -> list:
                 continue
             seen.add(folder)
             out.append((f"{job.prefix} {name}", cfg, folder))
-    return sorted(out, key=lambda item: (-run_cost(item[1]), item[1].seed))
+    return sorted(out, key=lambda item: (-run_cost(item[1]) * model_layers(item[1].model), item[1].seed))
 
 
 def _train_one(item: tuple) -> tuple:
