@@ -127,10 +127,10 @@ def _routing_pass(policy: Policy, cfg, batch: Batch) -> tuple:
     in training), each cut to its longest row (`logprobs.chunks(trim=True)`).
 
     On notebook 08's fine-grained MoE (128 rows, completions 97 tokens on average in a width of 192) one pass took
-    1.43 s on one thread at 16 rows a chunk, 1.53 s at 32, against 2.63 s for the packed layout it replaced (8 rows
+    1.43 s on one thread at 16 rows a chunk, 1.52 s at 32, against 2.57 s for the packed layout it replaced (8 rows
     per packed sequence: attention over the whole sequence under a block-diagonal mask, 8x the useful work) with
-    transformers' experts and 2.31 s packed with `qwen_ops.experts_forward`; the three route every token alike
-    (`benchmarks/moe_update_pass.py`)."""
+    transformers' experts and 2.30 s packed with `qwen_ops.experts_forward`; the three route every token alike
+    (`benchmarks/moe_update_pass.py`, `benchmarks/moe_update_pass.txt`)."""
     chunk_rows = cfg.micro_batch_rows
     ro = batch.rollout
     experts: list = []
