@@ -134,9 +134,9 @@ def experts_forward(hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_
     """Qwen3-MoE's routed experts: out_n = sum_j w_nj down_e(silu(gate_e x_n) * up_e x_n), e = top_k_index[n, j].
 
     hidden_states (N, H), top_k_index (N, k) long, top_k_weights (N, k), gate_up_proj (E, 2I, H) [gate | up rows],
-    down_proj (E, H, I) -> (N, H). The N k (token, slot) pairs are
-    grouped by expert (a stable sort), each expert's rows go through the grouped matmuls, the routing weight scales
-    the (S, I) SwiGLU product rather than the (S, H) output, and `index_add` sums each token's slots."""
+    down_proj (E, H, I) -> (N, H). The N k (token, slot) pairs are grouped by expert (a stable sort), each expert's
+    rows go through the grouped matmuls, the routing weight scales the (S, I) SwiGLU product rather than the (S, H)
+    output, and `index_add` sums each token's slots."""
     N, k = top_k_index.shape
     flat = top_k_index.reshape(-1)  # (S,), S = N k
     order = torch.argsort(flat, stable=True)  # (S,): slots grouped by expert
@@ -151,18 +151,20 @@ def experts_forward(hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_
     return torch.zeros_like(hidden_states).index_add(0, token, down)  # (N, H)
 
 
-def _rows_of_16_bytes(*weights) -> bool:
-    """torch's CPU grouped matmul wants every row stride a multiple of 16 bytes (4 float32 columns)."""
-    return all(w.shape[-1] % 4 == 0 and w.shape[-2] % 4 == 0 for w in weights)
+def grouped_mm_fits(*weights) -> bool:
+    """Whether `torch.nn.functional.grouped_mm` exists and takes these stacked weights (E, a, b): its CPU kernel
+    wants every row stride a multiple of 16 bytes, so a and b times the element size (4 float32 columns, 8 bf16)."""
+    return hasattr(torch.nn.functional, "grouped_mm") and all(
+        d * w.element_size() % 16 == 0 for w in weights for d in w.shape[-2:])
 
 
 def _wrap_experts(cls) -> None:
     own = cls.forward
 
     def forward(self, hidden_states, top_k_index, top_k_weights):
-        if EXPERTS and active() and hidden_states.dtype == torch.float32 and hasattr(torch.nn.functional, "grouped_mm"):
+        if EXPERTS and active() and hidden_states.dtype == torch.float32:
             gate_up, down = self.gate_up_proj, self.down_proj  # under peft's LoRA: the adapted weights, read once
-            if _plain(hidden_states, gate_up, down, top_k_weights) and _rows_of_16_bytes(gate_up, down):
+            if _plain(hidden_states, gate_up, down, top_k_weights) and grouped_mm_fits(gate_up, down):
                 return experts_forward(hidden_states, top_k_index, top_k_weights, gate_up, down, self.act_fn)
         return own(self, hidden_states, top_k_index, top_k_weights)
 

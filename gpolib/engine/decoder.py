@@ -37,6 +37,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..qwen_ops import grouped_mm_fits
 from . import attention_kernel, native, step_kernel
 from .weights import read
 
@@ -122,12 +123,11 @@ def _moe(x: torch.Tensor, lw: dict, out: torch.Tensor) -> torch.Tensor:
 
 
 def _grouped(x: torch.Tensor, lw: dict) -> bool:
-    """Whether the experts can run as two grouped matmuls (`torch.nn.functional.grouped_mm`): its CPU kernel takes
-    float32 and bf16 weights whose rows are multiples of 16 bytes; other weights (int8 engines) keep the loop."""
+    """Whether the experts can run as two grouped matmuls (`torch.nn.functional.grouped_mm`): float32 or bf16
+    weights whose rows fit its CPU kernel (`qwen_ops.grouped_mm_fits`); other weights (int8 engines) keep the loop."""
     w_gu, w_down = lw["e_gu"], lw["e_down"]
-    rows = (*w_gu.shape[1:], *w_down.shape[1:])  # (H, 2I, I, H)
-    return (hasattr(F, "grouped_mm") and x.dtype == torch.float32 and w_gu.dtype == w_down.dtype
-            and w_gu.dtype in (torch.float32, torch.bfloat16) and all(d * w_gu.element_size() % 16 == 0 for d in rows))
+    return (x.dtype == torch.float32 and w_gu.dtype == w_down.dtype and w_gu.dtype in (torch.float32, torch.bfloat16)
+            and grouped_mm_fits(w_gu, w_down))
 
 
 def _grouped_swiglu(xs: torch.Tensor, w_gu: torch.Tensor, w_down: torch.Tensor, counts: torch.Tensor, lw: dict):
