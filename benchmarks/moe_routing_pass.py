@@ -63,7 +63,7 @@ def packed_pass(trainer: Trainer, batch, rows_per_pack: int) -> tuple:
 def grpo_rollout() -> tuple:
     """A trainer of notebook 08's `grpo` arm on the fine-grained MoE, LoRA B drawn N(0, 0.02) (a policy that has
     moved), and its first rollout batch (16 prompts x 8): (trainer, batch)."""
-    shared = {"model": EMBEDDED["moe-fine"], "eval_prompts": 8, "steps": 1}
+    shared = {"model": EMBEDDED["moe-fine"], "eval_prompts": 64, "steps": 1}
     trainer = Trainer(configs({"grpo": gspo_moe.ARMS["grpo"]}, shared)["grpo"])
     torch.manual_seed(0)
     with torch.no_grad():

@@ -10,7 +10,9 @@ Variants, on one real rollout batch of the arm (16 prompts x 8, bf16 engine), Lo
 - routing pass layout: packed (R rows per sequence, block-diagonal attention) against length-bucketed padded chunks
   (`update._routing_pass`: rows sorted by length, each chunk cut to its longest row);
 - the rollout itself (the decoder under bf16 autocast): one SwiGLU per expert in a Python loop against two grouped
-  matmuls (`engine.decoder._grouped_swiglu`), same prompts and seed.
+  matmuls (`engine.decoder._grouped_swiglu`), these in torch's bf16 kernel or on the experts' bf16 values held in
+  float32 (`engine.weights.widen_experts`, the default), same prompts and seed; and a held-out rollout of 64 prompts
+  x 4 (the end evaluation's shape, an eighth of its prompts) with the grouped experts either way.
 Prints the agreement of each variant with the reference (share of (completion token, layer, slot) experts that
 differ, max |log-prob difference|, max |gradient difference|), seconds per variant per repeat (interleaved, order
 alternating) and the median ratio to the first variant of its group.
@@ -29,7 +31,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402
 
 from gpolib import moe, qwen_ops  # noqa: E402
-from gpolib.engine import decoder  # noqa: E402
+from gpolib.engine import decoder, weights  # noqa: E402
 from gpolib import update as upd  # noqa: E402
 from gpolib.runtime import deterministic_cpu  # noqa: E402
 from gpolib.train import Trainer  # noqa: E402
@@ -69,15 +71,19 @@ def train_micro(trainer: Trainer, batch, rows: torch.Tensor, fused: bool) -> lis
         pol.model.eval()
 
 
-def rollout(trainer: Trainer, grouped: bool):
-    """The rollout of step 0's prompts (16 x 8) by the run's engine, its experts grouped or looped."""
-    real = decoder._grouped
+def rollout(trainer: Trainer, grouped: bool, wide: bool = True, held_out: int = 0):
+    """The rollout of step 0's prompts (16 x 8) by the run's engine, its experts grouped or looped, bf16 experts held
+    in float32 (`wide`) or not; held_out > 0: that many held-out prompts x 4 at T = 1 instead."""
+    real, real_widen = decoder._grouped, weights.widen_experts
     decoder._grouped = real if grouped else (lambda *a: False)
+    weights.widen_experts = real_widen if wide else (lambda lw: lw)
     try:
         torch.manual_seed(0)
+        if held_out:
+            return trainer.rollout(trainer.eval_tasks[:held_out], 4, temperature=1.0, top_p=1.0, held_out=True)
         return trainer.rollout(trainer.sample_prompts(0, 0), trainer.cfg.group_size)
     finally:
-        decoder._grouped = real
+        decoder._grouped, weights.widen_experts = real, real_widen
 
 
 def seconds(fn) -> float:
@@ -123,10 +129,13 @@ def main() -> None:
     rel = max(((a - b).abs().max() / a.abs().max().clamp(min=1e-30)).item() for a, b in zip(g0, g1))
     print(f"training micro-batch (16 longest rows): max relative gradient difference, qwen_ops experts vs "
           f"transformers' {rel:.2e}")
-    loop, grouped = rollout(trainer, False), rollout(trainer, True)
+    loop, grouped = rollout(trainer, False, wide=False), rollout(trainer, True, wide=False)
     same = torch.equal(loop.completion_ids, grouped.completion_ids)
     diff = (loop.sample_logps - grouped.sample_logps)[loop.completion_mask.bool()].abs().max().item() if same else None
-    print(f"rollout, grouped vs looped experts: same tokens {same}, max |sampling log-prob diff| {diff}")
+    print(f"rollout, grouped vs looped experts (bf16 kernel): same tokens {same}, max |sampling log-prob diff| {diff}")
+    wide = rollout(trainer, True)
+    agree = (wide.completion_ids == grouped.completion_ids).all(dim=1).float().mean().item()
+    print(f"rollout, float32-held vs bf16-kernel experts: {agree:.1%} of responses token for token the same")
     compare({
         "routing pass over the rollout (128 rows)": {
             "packed@8 transformers": lambda: routing(trainer, batch, False, packed=True, rows=8),
@@ -137,8 +146,12 @@ def main() -> None:
             "transformers": lambda: train_micro(trainer, batch, micro, False),
             "qwen_ops": lambda: train_micro(trainer, batch, micro, True)},
         "rollout, 16 prompts x 8 (bf16 engine)": {
-            "experts looped": lambda: rollout(trainer, False),
-            "experts grouped": lambda: rollout(trainer, True)},
+            "experts looped": lambda: rollout(trainer, False, wide=False),
+            "experts grouped": lambda: rollout(trainer, True, wide=False),
+            "grouped, float32-held": lambda: rollout(trainer, True)},
+        "held-out rollout, 64 prompts x 4 (bf16 engine)": {
+            "experts grouped": lambda: rollout(trainer, True, wide=False, held_out=64),
+            "grouped, float32-held": lambda: rollout(trainer, True, held_out=64)},
     }, args.repeats)
 
 

@@ -347,9 +347,11 @@ def test_trained_router_is_read_from_its_peft_wrapper(tok):
 def test_moe_experts_as_grouped_matmuls_equal_the_per_expert_loop(tok, monkeypatch, autocast):
     """A decode step's experts for 32+ tokens: two grouped matmuls (`decoder._grouped_swiglu`) against one SwiGLU per
     expert, in float32 and under bf16 autocast (bf16 weights, float32 residual stream): the same tokens sampled and
-    the sampling log-probs equal to float32 rounding; the grouped path is the one taken."""
-    from gpolib.engine import decoder
+    the sampling log-probs equal to float32 rounding; the grouped path is the one taken. Under bf16 both use torch's
+    bf16 kernel here (the float32-held experts, `weights.widen_experts`, off: tested below)."""
+    from gpolib.engine import decoder, weights
 
+    monkeypatch.setattr(weights, "widen_experts", lambda lw: lw)
     model = random_model("moe-fine", tok, torch.float32)  # rows of 16 experts' width: bf16 rows of 32 bytes
     ids, mask = _prompt_batch(tok, group=16)  # 16 rows per prompt: decode steps of >= 32 tokens
     calls, real_grouped, real_check = [], decoder._grouped_swiglu, decoder._grouped
@@ -364,3 +366,47 @@ def test_moe_experts_as_grouped_matmuls_equal_the_per_expert_loop(tok, monkeypat
     assert torch.equal(out["loop"][0], out["grouped"][0])
     cm = completion_masks(out["loop"][0], tok.eos_token_id)[0].bool()
     assert (out["loop"][1] - out["grouped"][1])[cm].abs().max() <= 1e-5
+
+
+def test_bf16_experts_held_in_float32_round_as_the_bf16_kernel():
+    """`decoder._gmm` with float32-held bf16 weights (`weights.widen_experts`) against torch's bf16 grouped matmul:
+    the same bf16 operands, products exact in float32, one rounding to bf16; only the order of the sums differs, so
+    at most one bf16 step apart (relative 2^-7; beside float32 summation error where terms cancel) and almost every
+    element bit-equal."""
+    from gpolib.engine import decoder
+    from gpolib.engine.weights import widen_experts
+
+    torch.manual_seed(0)
+    E, H, N, S = 64, 128, 32, 4096
+    lw = widen_experts({"e_gu": (torch.randn(E, H, N) * 0.1).bfloat16(), "e_down": torch.zeros(E, N, H).bfloat16()})
+    assert lw["e_gu_wide"].dtype == torch.float32 and torch.equal(lw["e_gu_wide"].bfloat16(), lw["e_gu"])
+    xs = torch.randn(S, H)
+    offs = torch.bincount(torch.randint(0, E, (S,)), minlength=E).cumsum(0).to(torch.int32)
+    kernel = decoder._gmm(xs, lw["e_gu"], offs, None)
+    wide = decoder._gmm(xs, lw["e_gu"], offs, lw["e_gu_wide"])
+    assert wide.dtype == torch.float32 and torch.equal(wide, wide.bfloat16().float())  # bf16 values
+    # one bf16 step of the result, plus what float32 sums in another order can differ by (where terms cancel)
+    scale = torch.nn.functional.grouped_mm(xs.bfloat16().float().abs(), lw["e_gu_wide"].abs(), offs=offs)
+    assert ((wide - kernel).abs() <= kernel.abs() * 2 ** -7 + scale * 2 ** -20).all()
+    assert (wide != kernel).float().mean() < 1e-3
+    assert widen_experts({"e_gu": lw["e_gu"].float()}).keys() == {"e_gu"}  # float32 experts: nothing added
+
+
+def test_bf16_engine_with_float32_held_experts_stays_within_its_own_rounding(tok, monkeypatch):
+    """The fine MoE's bf16 engine, prompt logits: float32-held experts against torch's bf16 kernel differ by far less
+    than either differs from the float32 engine (the rounding the bf16 engine is there to show)."""
+    from gpolib.engine import weights
+
+    model = random_model("moe-fine", tok, torch.float32)
+    ids, mask = _prompt_batch(tok, group=16)  # >= 32 tokens: the grouped experts
+    pos = position_ids(mask)
+
+    def logits(bf16: bool):
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            return Decoder(model, ids.shape[0], ids.shape[1] + 1).prefill(ids, mask, pos).float()
+    full, wide = logits(False), logits(True)
+    monkeypatch.setattr(weights, "widen_experts", lambda lw: lw)
+    kernel = logits(True)
+    engine_error = (kernel - full).abs().max()
+    assert engine_error > 1e-3  # bf16 rounding is there
+    assert (wide - kernel).abs().max() <= 0.25 * engine_error

@@ -141,8 +141,18 @@ def autocast_dtype(device: torch.device):
 
 def _cast_matrices(w: dict, dtype) -> dict:
     """The weights with every matrix (MATRICES per layer, the LM head) in `dtype`; the rest unchanged."""
-    layers = [{k: (v.to(dtype) if k in MATRICES else v) for k, v in lw.items()} for lw in w["layers"]]
+    layers = [widen_experts({k: (v.to(dtype) if k in MATRICES else v) for k, v in lw.items()}) for lw in w["layers"]]
     return {**w, "head": w["head"].to(dtype), "layers": layers}
+
+
+def widen_experts(lw: dict) -> dict:
+    """A layer's weights with, for bf16 experts on the CPU, their values also held in float32 ('e_gu_wide',
+    'e_down_wide'), which the decoder's grouped experts multiply with bf16-rounded inputs (`decoder._gmm`: the bf16
+    engine's arithmetic, without the CPU bf16 matmul's fixed cost per expert); other layers unchanged."""
+    e_gu = lw.get("e_gu")
+    if e_gu is None or e_gu.dtype != torch.bfloat16 or e_gu.device.type != "cpu":
+        return lw
+    return {**lw, "e_gu_wide": e_gu.float(), "e_down_wide": lw["e_down"].float()}
 
 
 def for_engine(model, width: int, engine: str, quantized: str | None = None):
