@@ -1,5 +1,5 @@
 """The 8-bit rollout engine (`TrainConfig.rollout_weights='int8'`, gpolib/engine/quant.py): per-channel symmetric
-int8 by torch's quantizer, the decoder's log-probs those of the quantized model, the trainer and held-out
+int8 as torch's quantizer computes it, the decoder's log-probs those of the quantized model, the trainer and held-out
 evaluation on the float32 policy, clear errors, run identity and export."""
 import copy
 
@@ -25,6 +25,30 @@ def test_int8_per_channel_hand_values():
     w = torch.tensor([[1.0, -0.5, 0.25], [0.01, 0.02, -0.03]])
     want = torch.tensor([[1.0, -64 / 127, 32 / 127], [42 * 0.03 / 127, 85 * 0.03 / 127, -0.03]])
     assert torch.allclose(int8_per_channel(w), want, atol=1e-7, rtol=0)
+
+
+def test_int8_per_channel_bit_equal_to_torchs_quantizer():
+    """`int8_per_channel` (plain tensor ops) against torch's own per-channel qint8 quantizer and dequantizer, bit for
+    bit: rows of magnitudes 1e-6 to 1e3, exact halves of a step (round half to even), zero rows, bf16 weights."""
+    import warnings
+
+    def reference(w):
+        wf = w.detach().float()
+        scale = (wf.abs().amax(dim=1) / 127).clamp(min=torch.finfo(torch.float32).tiny).double()
+        zero = torch.zeros(wf.shape[0], dtype=torch.long)
+        with warnings.catch_warnings():  # torch 2.10 announces the quantized dtypes' removal
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.quantize_per_channel(wf, scale, zero, axis=0, dtype=torch.qint8).dequantize().to(w.dtype)
+
+    torch.manual_seed(0)
+    for i in range(120):
+        w = torch.randn(32, 96) * torch.logspace(-6, 3, 32).unsqueeze(1)
+        if i % 3 == 0:  # halves: with a row max of 127 the step is 1, so k + 0.5 lies exactly between two steps
+            w[:4] = torch.randint(-254, 254, (4, 96)).float() / 2
+            w[:4, 0] = 127.0
+        w[5] = 0.0
+        for x in (w, w.bfloat16()):
+            assert torch.equal(int8_per_channel(x), reference(x))
 
 
 def test_int8_error_within_half_a_step_of_each_row():
