@@ -26,8 +26,8 @@ torch.autocast gives the matrices in the autocast dtype; every matmul then casts
 its output back to the residual stream's (`_mm`), the KV cache is kept in that dtype, and everything else
 (norms, RoPE, softmax, SiLU, the residual stream, the draw) stays in float32, the split of autocast's own op
 lists. bf16 experts on the CPU multiply their bf16 values held in float32 (`_gmm`): the same rounding, without the
-CPU bf16 matmul's fixed cost per expert group. The casts are explicit, so the sampling threads of `plan` (autocast is thread-local) compute
-the same.
+CPU bf16 matmul's fixed cost per expert group. The casts are explicit, so the sampling threads of `plan` (autocast
+is thread-local) compute the same.
 
 8-bit engines (`TrainConfig.rollout_weights`, `quant`): 'int8' quantizes the projections' weights only; 'w8a8'
 quantizes their input rows too, per token (`_qin`, the layer's `act_q`), before every projection but the router and

@@ -3,11 +3,13 @@
 Each projection's effective weight W (out, in), LoRA delta folded in, is quantized per output channel (per row),
 symmetrically, as torch's own quantizer does it:
     s_o = max_i |W_oi| / 127,   q_oi = clamp(round(W_oi / s_o), -128, 127),   W~_oi = s_o q_oi
-(`torch.quantize_per_channel` to qint8, zero point 0, then `.dequantize()`: in float32, W_oi times the rounded
-reciprocal of s_o, rounded half to even; computed here in plain tensor ops, bit-equal to it (tested), ~3x faster
-per call and a w8a8 rollout 0.78x: `benchmarks/int8_quantizer.py`), so |W~_oi - W_oi| <= s_o / 2 = max_i |W_oi| / 254. The decoder then computes with W~ in float32: the weights carry 8 bits, the matmuls, the
-activations and the KV cache stay float32 (weight-only quantization, W8A32). The embedding, the LM head and an MoE
-router are not quantized (as weight-only int8 schemes commonly keep them). This is format 'int8'.
+(`torch.quantize_per_channel` to qint8, zero point 0, then `.dequantize()`, `torch_int8_per_channel`: in float32,
+W_oi times the rounded reciprocal of s_o, rounded half to even; computed here in plain tensor ops, bit-equal to it
+(tested), ~3x faster per call and a w8a8 rollout 0.78x: `benchmarks/int8_quantizer.py`), so
+|W~_oi - W_oi| <= s_o / 2 = max_i |W_oi| / 254. The decoder then computes with W~ in float32: the weights carry 8
+bits, the matmuls, the activations and the KV cache stay float32 (weight-only quantization, W8A32). The embedding,
+the LM head and an MoE router are not quantized (as weight-only int8 schemes commonly keep them). This is format
+'int8'.
 
 Format 'w8a8' adds dynamic per-token int8 activations (as 8-bit serving engines run their linear layers): the input
 rows x_t (t a token) of every quantized projection are quantized on the fly the same way, one scale per row,
@@ -17,6 +19,8 @@ before the norm's weight (which `weights` folds into the matrix), the attention 
 The router's input, the attention scores, the KV cache and the LM head stay float32.
 """
 from __future__ import annotations
+
+import warnings
 
 import torch
 
@@ -29,6 +33,17 @@ def int8_per_channel(w: torch.Tensor) -> torch.Tensor:
     scale = (wf.abs().amax(dim=1, keepdim=True) / 127).clamp_(min=torch.finfo(torch.float32).tiny)  # (out, 1) s_o
     q = torch.round(wf * scale.reciprocal()).clamp_(-128, 127)  # (out, in) q_oi, half to even as torch's quantizer
     return q.mul_(scale).to(w.dtype)
+
+
+def torch_int8_per_channel(w: torch.Tensor) -> torch.Tensor:
+    """`int8_per_channel` by torch's own quantizer (`quantize_per_channel` to qint8, zero point 0, `dequantize`): the
+    definition it equals bit for bit (tests/test_quant_engine.py, benchmarks/int8_quantizer.py), ~3x slower."""
+    wf = w.detach().float()
+    scale = (wf.abs().amax(dim=1) / 127).clamp(min=torch.finfo(torch.float32).tiny).double()  # (out,) s_o
+    zero = torch.zeros(wf.shape[0], dtype=torch.long, device=wf.device)
+    with warnings.catch_warnings():  # torch 2.10 announces the quantized dtypes' removal; the values are exact
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.quantize_per_channel(wf, scale, zero, axis=0, dtype=torch.qint8).dequantize().to(w.dtype)
 
 
 def int8_per_token(x: torch.Tensor) -> torch.Tensor:
