@@ -15,11 +15,14 @@ interleaved in one process:
 - `lean@16+compile` (`--compile`): that model through `torch.compile(dynamic=True)`, first calls (compilation)
   printed apart;
 - `lean@16+fused` (`--fused`): and RMSNorm / RoPE with their backward written out (`gpolib.qwen_ops`, the trainer's
-  default since issue 31; the other variants run transformers' own).
+  default since issue 31; the other variants run transformers' own);
+- `lean@16+fused+justified` (`--justify`): and each micro-batch's rows left-justified with no attention mask
+  (`logprobs.completion_logps(justify=True)`, the trainer's default since issue 34; the other variants pass the
+  padded layout under its mask).
 Prints seconds per pass of both rollouts (median and all), each variant over `peft@64`, the padded positions per
 real one, the largest log-prob and LoRA-gradient differences from `peft@64`, and the fp32 matmul peak.
 
-    python benchmarks/train_pass.py [--repeats 5] [--threads 1] [--compile] [--fused]
+    python benchmarks/train_pass.py [--repeats 5] [--threads 1] [--compile] [--fused] [--justify]
     python benchmarks/train_pass.py --profile        # the op profile of one pass per LoRA forward
 """
 from __future__ import annotations
@@ -38,13 +41,14 @@ from gpolib.lora import use_lean_forward, use_peft_forward  # noqa: E402
 from gpolib.train import Trainer  # noqa: E402
 
 
-def forward_backward(trainer: Trainer, model, ro, rows: int, fused: bool = False) -> tuple:
+def forward_backward(trainer: Trainer, model, ro, rows: int, fused: bool = False, justify: bool = False) -> tuple:
     """sum of the completion log-probs of `ro` under `model` in micro-batches of `rows`, backward
-    -> (logps (B, T), LoRA grads flattened). fused: RMSNorm / RoPE of `gpolib.qwen_ops`."""
+    -> (logps (B, T), LoRA grads flattened). fused: RMSNorm / RoPE of `gpolib.qwen_ops`; justify: rows
+    left-justified without a mask."""
     trainer.policy.model = model  # the model the trainer's log-probs use
     trainer.policy.fused_ops = fused
     trainer.opt.zero_grad(set_to_none=True)
-    lp, _ent = trainer.logps(ro, with_entropy=True, chunk_rows=rows)
+    lp, _ent = trainer.policy.logps(ro, with_entropy=True, chunk_rows=rows, justify=justify)
     lp.sum().backward()
     return lp.detach(), torch.cat([p.grad.flatten() for p in trainer.params])
 
@@ -74,6 +78,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--compile", action="store_true", help="also time the lean model under torch.compile")
     ap.add_argument("--fused", action="store_true", help="also time lean@16 with gpolib.qwen_ops' RMSNorm and RoPE")
+    ap.add_argument("--justify", action="store_true", help="also time lean@16+fused with rows left-justified")
     ap.add_argument("--profile", action="store_true", help="print the op profile of one pass per LoRA forward")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -99,21 +104,23 @@ def main() -> None:
             print(f"--- {'lean, 16' if lean else 'peft, 64'} rows\n" + prof.key_averages().table(
                 sort_by="self_cpu_time_total", row_limit=12))
         return
-    variants = {"peft@64": (model, False, 64, False), "lean@64": (model, True, 64, False),
-                "lean@16": (model, True, 16, False)}
-    if args.fused:
-        variants["lean@16+fused"] = (model, True, 16, True)
+    variants = {"peft@64": (model, False, 64, False, False), "lean@64": (model, True, 64, False, False),
+                "lean@16": (model, True, 16, False, False)}
+    if args.fused or args.justify:
+        variants["lean@16+fused"] = (model, True, 16, True, False)
+    if args.justify:
+        variants["lean@16+fused+justified"] = (model, True, 16, True, True)
     if args.compile:
         compiled = torch.compile(model, dynamic=True)
-        variants["lean@16+compile"] = (compiled, True, 16, False)
+        variants["lean@16+compile"] = (compiled, True, 16, False, False)
         set_lean(model, True)
         for i, ro in enumerate(batches):
             s = seconds(lambda: forward_backward(trainer, compiled, ro, 16))
             print(f"first compiled call on rollout {i}: {s:.1f} s (compilation included)")
     ref = None
-    for name, (net, lean, rows, fused) in variants.items():
+    for name, (net, lean, rows, fused, justify) in variants.items():
         set_lean(model, lean)
-        outs = [forward_backward(trainer, net, ro, rows, fused) for ro in batches]
+        outs = [forward_backward(trainer, net, ro, rows, fused, justify) for ro in batches]
         ref = ref or outs
         diffs = [(lp - r[0]).abs().max().item() for (lp, _), r in zip(outs, ref)]
         grads = [(g - r[1]).abs().max().item() / r[1].abs().max().item() for (_, g), r in zip(outs, ref)]
@@ -122,9 +129,9 @@ def main() -> None:
               f"max |grad - peft@64's| / max |grad| {max(grads):.2e}")
     times: dict = {name: [] for name in variants}
     for _ in range(args.repeats):
-        for name, (net, lean, rows, fused) in variants.items():
+        for name, (net, lean, rows, fused, justify) in variants.items():
             set_lean(model, lean)
-            times[name].append(sum(seconds(lambda: forward_backward(trainer, net, ro, rows, fused))
+            times[name].append(sum(seconds(lambda: forward_backward(trainer, net, ro, rows, fused, justify))
                                    for ro in batches))
     base = statistics.median(times["peft@64"])
     for name, ts in times.items():

@@ -136,7 +136,7 @@ def _routing_pass(policy: Policy, cfg, batch: Batch) -> tuple:
     experts: list = []
     policy.model.eval()
     with torch.inference_mode(), moe.record_routing(policy.model, experts):
-        lp = policy.logps(ro, chunk_rows=chunk_rows, bucket=True)
+        lp = policy.logps(ro, chunk_rows=chunk_rows, bucket=True, justify=False)  # the record per padded position
     layers = moe.stack_by_layer(experts, len(moe.routers(policy.model)))  # per layer (sum_c b_c L_c, k)
     keep = _real_positions(batch)  # (B, P+T)
     P = ro.prompt_mask.shape[1]

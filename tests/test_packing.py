@@ -1,13 +1,18 @@
-"""Packed micro-batches (`completion_logps(packed=True)`): the rows' real tokens in one sequence of batch 1, position
-ids restarting per row, attention kept within each row by transformers' packed-sequence mask. Log-probs, entropies,
-a policy loss and the LoRA gradients equal the padded path's to 1e-6 relative (dense and MoE, left-padded prompts
-of different lengths, T != 1), and MoE routing recorded on the padded layout replays exactly on the packed one."""
+"""The layouts of `completion_logps` against the padded one (left-padded prompts, right-padded completions, under
+an attention mask; `justify=False`):
+- packed (`packed=True`): the rows' real tokens in one sequence of batch 1, position ids restarting per row,
+  attention kept within each row by transformers' packed-sequence mask;
+- justified (the default): each row's prompt moved to column 0 and its completion after it, padding at the right
+  only, no attention mask (causal attention alone).
+Log-probs, entropies, a policy loss and the LoRA gradients equal the padded path's to 1e-6 relative (dense and MoE,
+prompts of different lengths, T != 1), and MoE routing recorded on the padded layout replays exactly on the packed
+one."""
 import pytest
 import torch
 
 from gpolib import moe
 from gpolib.config import LossConfig
-from gpolib.logprobs import completion_logps, packed_layout
+from gpolib.logprobs import completion_logps, justified_layout, packed_layout
 from gpolib.models import EMBEDDED, load_policy
 from gpolib.objectives import policy_loss
 
@@ -46,10 +51,14 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).abs().max() / b.abs().max())
 
 
-def _loss_and_grads(model, batch, packed: bool, chunk_rows: int) -> tuple:
+LAYOUTS = {"padded": dict(justify=False), "packed": dict(packed=True), "justified": dict(justify=True)}
+"""layout -> completion_logps' arguments"""
+
+
+def _loss_and_grads(model, batch, layout: str, chunk_rows: int) -> tuple:
     model.zero_grad(set_to_none=True)
     lp, ent = completion_logps(model, *batch, temperature=TEMPERATURE, chunk_rows=chunk_rows, with_entropy=True,
-                               packed=packed)
+                               **LAYOUTS[layout])
     mask = batch[3].to(lp.dtype)
     old = lp.detach() - 0.1 * torch.linspace(-1, 1, lp.shape[1], dtype=lp.dtype)[None] * mask  # ratios != 1: clipping active
     adv = torch.tensor([1.0, -0.5, 0.3, -1.2, 0.8], dtype=lp.dtype)
@@ -69,14 +78,24 @@ def test_packed_layout_by_hand():
     assert predictor.tolist() == [1, 5, 6]
 
 
+def test_justified_layout_by_hand():
+    """Rows [pad, a, b | c, pad] and [d, e, f | g, h]: justified [a b c . .] (read from columns 1 2 3, then clamped
+    to 4) and [d e f g h]; c is predicted from column 1 (b), g and h from columns 2 and 3 (f, g); row 0's padded
+    completion slot points at a column that exists (clamped to L - 1)."""
+    source, predictor = justified_layout(torch.tensor([[0, 1, 1], [1, 1, 1]]), torch.tensor([[1, 0], [1, 1]]))
+    assert source.tolist() == [[1, 2, 3, 4, 4], [0, 1, 2, 3, 4]]
+    assert predictor.tolist() == [[1, 2], [2, 3]]
+
+
+@pytest.mark.parametrize("layout", ["packed", "justified"])
 @pytest.mark.parametrize("arch", ["dense", "moe"])
 @pytest.mark.parametrize("chunk_rows", [5, 2])
-def test_packed_equals_padded(arch, chunk_rows):
+def test_layout_equals_padded(layout, arch, chunk_rows):
     model = _policy(arch)
     model.train()
     batch = _batch()
-    lp0, ent0, loss0, g0 = _loss_and_grads(model, batch, packed=False, chunk_rows=5)
-    lp1, ent1, loss1, g1 = _loss_and_grads(model, batch, packed=True, chunk_rows=chunk_rows)
+    lp0, ent0, loss0, g0 = _loss_and_grads(model, batch, "padded", chunk_rows=5)
+    lp1, ent1, loss1, g1 = _loss_and_grads(model, batch, layout, chunk_rows=chunk_rows)
     mask = batch[3].bool()
     assert _rel(lp1, lp0) < RTOL and _rel(ent1, ent0) < RTOL
     assert (lp1[~mask] == 0).all() and (ent1[~mask] == 0).all()  # same layout: zeros on padding
@@ -84,33 +103,42 @@ def test_packed_equals_padded(arch, chunk_rows):
     assert _rel(g1, g0) < RTOL and float(g0.abs().max()) > 0
 
 
+@pytest.mark.parametrize("layout", ["packed", "justified"])
 @pytest.mark.parametrize("arch", ["dense", "moe"])
-def test_packed_equals_padded_in_float32(arch):
+def test_layout_equals_padded_in_float32(layout, arch):
     model = _policy(arch, dtype="float32")
     model.train()
     batch = _batch()
-    out0 = _loss_and_grads(model, batch, packed=False, chunk_rows=5)
-    out1 = _loss_and_grads(model, batch, packed=True, chunk_rows=5)
+    out0 = _loss_and_grads(model, batch, "padded", chunk_rows=5)
+    out1 = _loss_and_grads(model, batch, layout, chunk_rows=5)
     assert max(_rel(a, b) for a, b in zip(out1, out0)) < 1e-5
 
 
-def test_packed_attention_stays_within_each_row():
-    """Changing row 0's tokens leaves every other row's packed log-probs exactly as they were."""
+@pytest.mark.parametrize("layout", ["packed", "justified"])
+def test_attention_stays_within_each_row(layout):
+    """Changing row 0's tokens leaves every other row's log-probs exactly as they were; changing the token after a
+    row's last completion token (padding, visible to no real position) changes nothing."""
     model = _policy("dense")
     model.eval()
     p_ids, p_mask, c_ids, c_mask = _batch()
     with torch.no_grad():
-        lp = completion_logps(model, p_ids, p_mask, c_ids, c_mask, temperature=TEMPERATURE, packed=True)
+        lp = completion_logps(model, p_ids, p_mask, c_ids, c_mask, temperature=TEMPERATURE, **LAYOUTS[layout])
         c2 = c_ids.clone()
         c2[0, :5] = (c2[0, :5] + 7) % 97 + 2
-        lp2 = completion_logps(model, p_ids, p_mask, c2, c_mask, temperature=TEMPERATURE, packed=True)
+        lp2 = completion_logps(model, p_ids, p_mask, c2, c_mask, temperature=TEMPERATURE, **LAYOUTS[layout])
+        c3 = c_ids.clone()
+        c3[1, 1:] = 5  # row 1 has one completion token: the rest is padding
+        lp3 = completion_logps(model, p_ids, p_mask, c3, c_mask, temperature=TEMPERATURE, **LAYOUTS[layout])
     assert (lp2[1:] - lp[1:]).abs().max() < 1e-12
     assert (lp2[0] - lp[0]).abs().max() > 1e-3
+    assert torch.equal(lp3, lp)
 
 
-def test_packed_needs_a_prompt_token_per_row():
+def test_layouts_need_a_prompt_token_per_row():
     with pytest.raises(ValueError, match="packed=True"):
         packed_layout(torch.tensor([[0, 0], [1, 1]]), torch.tensor([[1, 1], [1, 0]]))
+    with pytest.raises(ValueError, match="justified chunk"):
+        justified_layout(torch.tensor([[0, 0], [1, 1]]), torch.tensor([[1, 1], [1, 0]]))
 
 
 def test_padded_routing_record_replays_on_the_packed_sequence():
