@@ -44,8 +44,11 @@ if len(sys.argv) > 2:  # fault injection: die half-way through writing checkpoin
             os._exit(9)
         real(path, data)
     R._atomic_write = dying
+# rollout_threads=1: one sampling plan in every process. On 2 threads the engine's plan (row shards or intra-op
+# threads) is chosen by timing in each process, and its sampling log-probs agree across plans to 1e-6, not bit for
+# bit (tests/test_sampler.py): `entropy/sampled` of a resumed run could then differ in its sixth digit
 cfg = presets.get('grpo', steps=4, prompts_per_step=4, group_size=4, max_new_tokens=48, eval_prompts=8,
-                  eval_samples=2, checkpoint_every=1, warmup_steps=0)
+                  eval_samples=2, checkpoint_every=1, warmup_steps=0, rollout_threads=1)
 train(cfg, sys.argv[1], progress=False)
 """
 
@@ -77,11 +80,15 @@ def committed_runs():
 
 @pytest.fixture(scope="session")
 def clean_resume_run(tmp_path_factory):
-    """An uninterrupted 4-step run of RESUME_SCRIPT, shared by the fault-injection tests."""
+    """An uninterrupted 4-step run of RESUME_SCRIPT, shared by the fault-injection tests. Its cache is the session's
+    temporary one, as `_step0_eval_cache` gives each test (set up after this session fixture, so named here)."""
     import subprocess
     import sys
+
+    from gpolib import paths
     out = tmp_path_factory.mktemp("clean") / "run"
-    env = dict(os.environ, PYTHONPATH=os.getcwd())
+    env = dict(os.environ, PYTHONPATH=os.getcwd(),
+               **{paths.CACHE_ENV: str(tmp_path_factory.getbasetemp() / "gpolib-cache")})
     subprocess.run([sys.executable, "-c", RESUME_SCRIPT, str(out)], env=env, check=True)
     return out
 

@@ -69,7 +69,7 @@ def test_finished_run_is_reused_not_recomputed(clean_resume_run, monkeypatch):
     import gpolib.train as T
     monkeypatch.setattr(T, "Trainer", lambda cfg: pytest.fail("a finished run must not be recomputed"))
     cfg = presets.get('grpo', steps=4, prompts_per_step=4, group_size=4, max_new_tokens=48, eval_prompts=8,
-                      eval_samples=2, checkpoint_every=1, warmup_steps=0)
+                      eval_samples=2, checkpoint_every=1, warmup_steps=0, rollout_threads=1)  # RESUME_SCRIPT's
     assert stable(train(cfg, clean_resume_run, progress=False)) == stable(read_metrics(clean_resume_run))
 
 
