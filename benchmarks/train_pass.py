@@ -53,12 +53,15 @@ def forward_backward(trainer: Trainer, model, ro, rows: int, fused: bool = False
     return lp.detach(), torch.cat([p.grad.flatten() for p in trainer.params])
 
 
-def padded_positions(ro, rows: int) -> int:
+def padded_positions(ro, rows: int, justify: bool = False) -> int:
     """Prompt + completion positions the model is fed when the rows, sorted by completion length, go in
-    micro-batches of `rows`, each trimmed to its own longest prompt and completion (rows = 1: no padding)."""
+    micro-batches of `rows`, each trimmed to its own longest prompt and completion (rows = 1: no padding);
+    justify: each micro-batch as wide as its longest prompt + completion together (`logprobs.justified_layout`)."""
     c_len, p_len = ro.completion_mask.sum(1), ro.prompt_mask.sum(1)  # (B,), (B,)
     order = torch.argsort(c_len, stable=True)
-    return sum(len(m) * int(c_len[m].max() + p_len[m].max()) for m in order.split(rows))
+    widths = [int((c_len[m] + p_len[m]).max() if justify else c_len[m].max() + p_len[m].max())
+              for m in order.split(rows)]
+    return sum(len(m) * w for m, w in zip(order.split(rows), widths))
 
 
 def set_lean(model, lean: bool) -> None:
@@ -124,7 +127,8 @@ def main() -> None:
         ref = ref or outs
         diffs = [(lp - r[0]).abs().max().item() for (lp, _), r in zip(outs, ref)]
         grads = [(g - r[1]).abs().max().item() / r[1].abs().max().item() for (_, g), r in zip(outs, ref)]
-        pad = sum(padded_positions(ro, rows) for ro in batches) / sum(padded_positions(ro, 1) for ro in batches)
+        pad = (sum(padded_positions(ro, rows, justify) for ro in batches)
+               / sum(padded_positions(ro, 1) for ro in batches))
         print(f"{name}: positions fed / real {pad:.2f}; max |logp - peft@64's| {max(diffs):.2e}, "
               f"max |grad - peft@64's| / max |grad| {max(grads):.2e}")
     times: dict = {name: [] for name in variants}

@@ -8,8 +8,9 @@ beyond what autograd needs for the chunk.
 Justified (the default for trimmed chunks, `justify=True`): each row's real prompt moved to column 0 and its
 completion right after it, so padding is at the right only; with no attention mask the model attends causally (sdpa's
 `is_causal`, no mask built, blocks above the diagonal skipped) and every real position sees exactly its row's earlier
-real tokens, as under the padded layout's mask. Same log-probs as the padded layout up to float rounding (the order of
-attention's sums), `tests/test_logprobs.py`; `benchmarks/train_pass.py --justify` times it.
+real tokens, as under the padded layout's mask. The LM head runs from the earliest column that predicts a completion
+token on. Same log-probs as the padded layout up to float rounding (the order of attention's sums),
+`tests/test_packing.py`; `benchmarks/train_pass.py --justify` times it.
 
 Packed (`packed=True`): the real tokens of a chunk's rows (prompt + completion, no padding) are concatenated into
 one sequence of batch 1 whose position ids restart at 0 per row; with no attention mask, transformers

@@ -28,7 +28,15 @@ def tiny_cfg():
     return make
 
 
-RESUME_SCRIPT = """
+RESUME_FIELDS = dict(steps=4, prompts_per_step=4, group_size=4, max_new_tokens=48, eval_prompts=8, eval_samples=2,
+                     checkpoint_every=1, warmup_steps=0, rollout_threads=1)
+"""the GRPO run of RESUME_SCRIPT (and of the tests that reuse it). rollout_threads=1: one sampling plan in every
+process. On 2 threads the engine's plan (row shards or intra-op threads) is chosen by timing in each process, and its
+sampling log-probs agree across plans to 1e-6, not bit for bit (tests/test_sampler.py): `entropy/sampled` of a
+resumed run could then differ in its sixth digit"""
+
+RESUME_SCRIPT = f"""
+RESUME_FIELDS = {RESUME_FIELDS!r}
 import sys
 from gpolib.runtime import setup_threads
 setup_threads(2)
@@ -38,17 +46,13 @@ if len(sys.argv) > 2:  # fault injection: die half-way through writing checkpoin
     import os, gpolib.rundir as R
     real = R._atomic_write
     def dying(path, data):
-        if path.name == f"ckpt-{int(sys.argv[2]):06d}.pt":
+        if path.name == f"ckpt-{{int(sys.argv[2]):06d}}.pt":
             with open(path.with_name(path.name + ".tmp-dying"), "wb") as f:
                 f.write(data[: len(data) // 2])
             os._exit(9)
         real(path, data)
     R._atomic_write = dying
-# rollout_threads=1: one sampling plan in every process. On 2 threads the engine's plan (row shards or intra-op
-# threads) is chosen by timing in each process, and its sampling log-probs agree across plans to 1e-6, not bit for
-# bit (tests/test_sampler.py): `entropy/sampled` of a resumed run could then differ in its sixth digit
-cfg = presets.get('grpo', steps=4, prompts_per_step=4, group_size=4, max_new_tokens=48, eval_prompts=8,
-                  eval_samples=2, checkpoint_every=1, warmup_steps=0, rollout_threads=1)
+cfg = presets.get('grpo', **RESUME_FIELDS)
 train(cfg, sys.argv[1], progress=False)
 """
 
@@ -78,6 +82,11 @@ def committed_runs():
     return [(p, b) for p, b in blobs if "config" in b and "fingerprint" in b]
 
 
+def _session_cache(tmp_path_factory) -> str:
+    """The test session's one temporary gpolib cache folder (`paths.CACHE_ENV`)."""
+    return str(tmp_path_factory.getbasetemp() / "gpolib-cache")
+
+
 @pytest.fixture(scope="session")
 def clean_resume_run(tmp_path_factory):
     """An uninterrupted 4-step run of RESUME_SCRIPT, shared by the fault-injection tests. Its cache is the session's
@@ -87,8 +96,7 @@ def clean_resume_run(tmp_path_factory):
 
     from gpolib import paths
     out = tmp_path_factory.mktemp("clean") / "run"
-    env = dict(os.environ, PYTHONPATH=os.getcwd(),
-               **{paths.CACHE_ENV: str(tmp_path_factory.getbasetemp() / "gpolib-cache")})
+    env = dict(os.environ, PYTHONPATH=os.getcwd(), **{paths.CACHE_ENV: _session_cache(tmp_path_factory)})
     subprocess.run([sys.executable, "-c", RESUME_SCRIPT, str(out)], env=env, check=True)
     return out
 
@@ -99,4 +107,4 @@ def _step0_eval_cache(tmp_path_factory, monkeypatch):
     session-wide temporary cache, not ~/.cache."""
     from gpolib import paths
 
-    monkeypatch.setenv(paths.CACHE_ENV, str(tmp_path_factory.getbasetemp() / "gpolib-cache"))
+    monkeypatch.setenv(paths.CACHE_ENV, _session_cache(tmp_path_factory))

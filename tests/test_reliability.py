@@ -18,7 +18,7 @@ from gpolib.rewards import correctness_reward, parse_answer
 from gpolib.rundir import RunDir, RunLockedError
 from gpolib.train import train
 
-from conftest import RESUME_SCRIPT, read_metrics, stable
+from conftest import RESUME_FIELDS, RESUME_SCRIPT, read_metrics, stable
 
 
 # --- 1. checkpoints ---------------------------------------------------------------
@@ -68,8 +68,7 @@ def test_kill_mid_checkpoint_write_resumes_identically(tmp_path, clean_resume_ru
 def test_finished_run_is_reused_not_recomputed(clean_resume_run, monkeypatch):
     import gpolib.train as T
     monkeypatch.setattr(T, "Trainer", lambda cfg: pytest.fail("a finished run must not be recomputed"))
-    cfg = presets.get('grpo', steps=4, prompts_per_step=4, group_size=4, max_new_tokens=48, eval_prompts=8,
-                      eval_samples=2, checkpoint_every=1, warmup_steps=0, rollout_threads=1)  # RESUME_SCRIPT's
+    cfg = presets.get('grpo', **RESUME_FIELDS)
     assert stable(train(cfg, clean_resume_run, progress=False)) == stable(read_metrics(clean_resume_run))
 
 
