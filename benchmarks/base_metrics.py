@@ -6,6 +6,7 @@ stores it as base_metrics.json next to the model and refreshes the model card.
 
     python benchmarks/base_metrics.py --arch dense moe --write-card
     python benchmarks/base_metrics.py --arch moe-fine --write-card   # with the routing statistics
+    python benchmarks/base_metrics.py --arch dense --entropy-only    # adds entropy/mean to the existing card
 """
 from __future__ import annotations
 
@@ -101,6 +102,28 @@ def routing(model, tok, rows: list, max_new_tokens: int) -> dict:
     return {"n_prompts": len(ro.texts), **stats}
 
 
+@torch.no_grad()
+def entropy(model, tok, rows: list, group: int, max_new_tokens: int, seed: int) -> dict:
+    """The base policy's mean per-token entropy (nats) over the completion tokens of G samples at T = 1 of each of
+    the first ROUTING_PROMPTS held-out prompts: the scale of D1's smallest effect of interest (DESIGN, delta)."""
+    torch.manual_seed(seed)
+    ro = generate(model, tok, [r["prompt"] for r in rows[:ROUTING_PROMPTS]], group, max_new_tokens)
+    _, ent = completion_logps(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask,
+                              with_entropy=True)  # (B, T) each
+    mask = ro.completion_mask.bool()
+    return {"entropy/mean": round(ent[mask].double().mean().item(), 5), "entropy/n_tokens": int(mask.sum())}
+
+
+def add_to_card(path: str, extra: dict) -> None:
+    """Add `extra` to the model's base_metrics.json, leaving every other field as it is."""
+    from pathlib import Path
+
+    card = Path(path) / "base_metrics.json"
+    data = json.loads(card.read_text())
+    data.update(extra)
+    card.write_text(json.dumps(data, indent=1) + "\n")
+
+
 def check(metrics: dict) -> dict:
     return {k: lo <= metrics[k] <= hi for k, (lo, hi) in TARGETS.items()}
 
@@ -116,8 +139,18 @@ def main(argv=None) -> None:
     p.add_argument("--routing", nargs="*", default=["moe-fine"], choices=sorted(EMBEDDED),
                    help="the MoE models whose expert load and router margin are measured too")
     p.add_argument("--write-card", action="store_true", help="write base_metrics.json and README.md")
+    p.add_argument("--entropy-only", action="store_true",
+                   help="measure only the mean per-token entropy and add it to each model's base_metrics.json")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.entropy_only:
+        for arch in args.arch:
+            model, tok = load_policy(EMBEDDED[arch], lora_r=0)
+            got = entropy(model.eval(), tok, load_tasks(default_task_path("heldout")), args.group,
+                          args.max_new_tokens, args.seed)
+            print(json.dumps({"arch": arch, **got}))
+            add_to_card(EMBEDDED[arch], got)
+        return
     for arch in args.arch:
         m = measure(EMBEDDED[arch], args.n_prompts, args.group, args.max_new_tokens, args.seed)
         m["targets_met"] = check(m)

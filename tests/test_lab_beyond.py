@@ -65,6 +65,10 @@ def test_statements_are_no_stronger_than_the_verdicts():
     assert "narrower" in _said("C2", {}) and "wider" in _said("C2", {"range_gmpo": [0.40, 0.41, 0.40]})
     assert "(partly)" in _said("C3", {"acc_w8a8": [0.50, 0.51, 0.50]})
     assert "do not tell TIS from no correction" in _said("C3", {"acc_w8a8": [0.50, 0.51, 0.50]})
-    assert _said("C3", {"kl_w8a8": [5e-5, 6e-5, 7e-5]}).startswith("C3 (not tested): the W8A8 engine's k3 KL is 0.86x")
+    assert _said("C3", {"kl_w8a8": [5e-5, 6e-5, 7e-5]}).startswith("C3 (not tested): the W8A8 engine's mismatch is not "
+                                                                  "larger than the bf16 engine's on both measures: k3 KL 0.86x")
+    # the committed measurement: KL larger (1.62x) but max |log ratio| smaller (0.455 vs 0.537): not tested
+    smaller_max = _said("C3", {"max_log_ratio_w8a8": [0.45, 0.46, 0.455], "max_log_ratio_bf16": [0.53, 0.54, 0.537]})
+    assert smaller_max.startswith("C3 (not tested)") and "max |log ratio| 0.85x" in smaller_max
     assert _said("C1", {}, "smoke") == "C1: smoke run, no statement (the full profile is the replication)."
     assert _said("C4", {}).startswith("C4 (reproduced): max |RLOO")

@@ -215,11 +215,13 @@ def test_evidence_from_hand_made_runs():
     assert e["ladder"]["dapo"] == pytest.approx([0.40 * 4 / 8 + 0.001 * s * 4 / 8 for s in range(3)])
     assert e["ladder_steps"]["dapo"] == pytest.approx([0.40 + 0.001 * s for s in range(3)])
     assert e["ladder"]["grpo"] == e["ladder_steps"]["grpo"]
-    v = {cid: dapo.VERDICTS[cid]({**e, "eq13_exact": True}) for cid in ("D1", "D2", "D4", "D5")}
+    v = {cid: dapo.VERDICTS[cid]({**e, "eq13_exact": True, "base_entropy": 0.4}) for cid in ("D1", "D2", "D4", "D5")}
     # equal per-seed differences: a zero-width interval at the difference
     assert v["D1"].word == dapo.stats.REPRODUCED  # entropy +0.2; accuracy +0.02 (not worse)
     assert v["D2"].word == dapo.stats.NOT_RUN  # no fixed panel in these runs; no zero-variance group trained
-    assert dapo.verdict_d2({**e, "panel_rise": [0.1, 0.1, 0.1]}).word == dapo.stats.REPRODUCED
+    panel = {"panel_first": [0.1] * 3, "panel_last": [0.2] * 3, "panel_acc_rise": [0.05] * 3,
+             "panel_predicted_rise": [0.08] * 3, "panel_steps": [0, 50, 100]}
+    assert dapo.verdict_d2({**e, **panel, "panel_rise": [0.1, 0.1, 0.1]}).word == dapo.stats.REPRODUCED
     assert v["D4"].word == dapo.stats.REPRODUCED  # base truncates 6% >= 3%; shaping cuts 0.08
     assert "mean pi_old of up-clipped tokens 0.110" in v["D1"].text
     assert v["D5"].word == dapo.stats.NOT  # DAPO at half its steps: 0.20 < GRPO's 0.30

@@ -205,7 +205,7 @@ def test_f1_reproduced_partly_and_premise_failed():
     v = fc.verdict_f1(_evidence())
     assert v.word == fc.stats.REPRODUCED
     assert v.parts[0].interval.lo == pytest.approx(0.55 - T975_2 * 0.05 / 3 ** 0.5)
-    assert "paper 4/24: 58.2%" in v.text and "fixed in DESIGN before these runs" in v.text
+    assert "paper 4/24: 58.2%" in v.text and "premise held: GRPO's held-out length" in v.text  # premise with its interval
     # ELR 0.35, 0.40, 0.45: interval above 0 but mean 0.40 < 0.46 with upper end 0.52 above it: the ELR part is
     # inconclusive, the accuracy part holds -> partly
     v = fc.verdict_f1(_evidence(elr_24=(0.35, 0.40, 0.45)))

@@ -5,10 +5,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from gpolib import presets
+from gpolib import moe, presets
 from gpolib.lab import gspo_moe as gm
 from gpolib.lab import report, runs
-from gpolib.lab.report import NOT, PARTLY, REPRODUCED
+from gpolib.lab.report import NOT, NOT_RUN, NOT_TESTED, PARTLY, REPRODUCED
+
+BALANCED = {"uniform_share": 0.0156, "expert_share_min": [0.010, 0.012]}  # x 64 experts: 0.64, 0.77 of uniform
 
 
 # ---------------------------------------------------------------- P3: the paper's measure, from the runs' logs
@@ -25,25 +27,62 @@ def test_p3_evidence_from_the_runs_logs():
                "grpo_frozen/seed0": _logged([[0.0, 0.01]]), "grpo_frozen/seed1": _logged([[0.0, 0.03]]),
                "grpo_coarse/seed0": _logged([[0.002, 0.004, 0.006, 0.008]]),
                "grpo_coarse/seed1": _logged([[0.004, 0.004, 0.004, 0.004]])}
-    e = gm.p3_evidence(metrics, range(2), moe_experts=64)
+    e = gm.p3_evidence(metrics, range(2), moe_experts=64, routing=BALANCED)
     assert e["expert_change_runs"] == pytest.approx([0.04, 0.02])
     assert e["expert_change_per_layer"] == pytest.approx([0.02, 0.04])
     assert e["expert_change_frozen"] == pytest.approx([0.0, 0.02])
     assert e["expert_change_coarse"] == pytest.approx([0.003, 0.004, 0.005, 0.006])
-    v = report.judge("P3", e)  # 3% >= 2%: partly
-    assert v.word == PARTLY and "3.00% (run mean over 2 layers, seeds 4.00%, 2.00%" in v.text
+    v = report.judge("P3", e)  # the premise holds, the grid is not run: the default cell reported
+    assert v.word == NOT_RUN and "3.00% (run mean over 2 layers, seeds 4.00%, 2.00%" in v.text
     assert "router frozen 0.00%, 2.00%" in v.text and "8-expert MoE 0.30%, 0.40%, 0.50%, 0.60%" in v.text
-    assert report.judge("P3", {**e, "moe_experts": 8}).word == report.NOT_RUN
+    assert v.text.startswith("premise held: lowest expert's share")
+    assert report.judge("P3", {**e, "moe_experts": 8}).word == NOT_TESTED
     more = {**metrics, "gspo/seed0": _logged([[0.0, 0.0]]), "gspo/seed1": _logged([[0.0, 0.02]])}
     assert gm.no_replay_change(more, range(2)) == pytest.approx((0.04 + 0.02 + 0.0 + 0.01) / 4)
 
 
-def test_verdict_p3_thresholds():
-    e = {"expert_change_runs": [0.05], "expert_change_frozen": [], "expert_change_coarse": [], "moe_experts": 64}
-    assert report.judge("P3", {**e, "expert_change_per_layer": [0.05, 0.06]}).word == REPRODUCED  # 5.5% >= 5%
-    assert report.judge("P3", {**e, "expert_change_per_layer": [0.02, 0.03]}).word == PARTLY  # 2.5%
-    assert report.judge("P3", {**e, "expert_change_per_layer": [0.01, 0.02]}).word == NOT  # 1.5% < 2%
-    assert report.judge("P3", {**e, "expert_change_per_layer": [0.0, 0.0, 0.051]}).word == PARTLY  # deepest >= 5%
+def test_verdict_p3_on_the_grid():
+    e = {"expert_change_runs": [0.05], "expert_change_per_layer": [0.01, 0.02], "expert_change_frozen": [],
+         "expert_change_coarse": [], "moe_experts": 64, "routing": BALANCED}
+    cell = lambda mean, deep, collapsed=False: {"cell": "c", "run_mean": mean, "deepest": deep, "collapsed": collapsed}
+    assert report.judge("P3", {**e, "grid": [cell(0.01, 0.02), cell(0.05, 0.06)]}).word == REPRODUCED  # (i) 5%
+    assert report.judge("P3", {**e, "grid": [cell(0.02, 0.05)]}).word == PARTLY  # only (ii): the deepest layer
+    assert report.judge("P3", {**e, "grid": [cell(0.02, 0.049)]}).word == NOT
+    assert report.judge("P3", {**e, "grid": [cell(0.2, 0.3, True), cell(0.01, 0.02)]}).word == NOT  # collapsed cell
+
+
+def _router_probs(choices: list, n_experts: int) -> torch.Tensor:
+    """A hand-made router: token i puts almost all its probability on the experts `choices[i]` (its top-k)."""
+    p = torch.full((len(choices), n_experts), 1e-3)
+    for i, chosen in enumerate(choices):
+        p[i, chosen] = 1.0
+    return p / p.sum(-1, keepdim=True)
+
+
+def test_load_balance_premise_on_a_hand_made_router():
+    """P3/P4's premise (every expert's share >= 0.25 x 1/E in every layer) from `moe.routing_stats` of a router whose
+    choices are known: 4 experts, top-2, 4 tokens. Balanced: each expert chosen twice of 8 slots (share 0.25 = uniform).
+    Starved: expert 3 chosen once of 8 (0.125 = 0.5 x uniform, holds); dead: expert 3 never chosen (fails)."""
+    mask = torch.ones(4)
+    balanced = _router_probs([[0, 1], [2, 3], [0, 2], [1, 3]], 4)
+    starved = _router_probs([[0, 1], [2, 0], [0, 2], [1, 3]], 4)
+    dead = _router_probs([[0, 1], [2, 0], [0, 2], [1, 2]], 4)
+    ok = gm.load_balance(moe.routing_stats([balanced, starved], mask, k=2))
+    assert ok.word == REPRODUCED and "1.00, 0.50" in ok.text  # lowest share / uniform per layer
+    fails = gm.load_balance(moe.routing_stats([balanced, dead], mask, k=2))
+    assert fails.word == NOT and "0.00 < 0.25" in fails.text
+    assert gm.load_balance(None).word != REPRODUCED  # no record: the premise is not met
+    e = {"expert_change_runs": [0.05], "expert_change_per_layer": [0.05, 0.06], "expert_change_frozen": [],
+         "expert_change_coarse": [], "moe_experts": 64, "routing": moe.routing_stats([balanced, dead], mask, k=2)}
+    v = report.judge("P3", {**e, "grid": [{"cell": "c", "run_mean": 0.2, "deepest": 0.3, "collapsed": False}]})
+    assert v.word == NOT_TESTED and "not tested: premise not met: lowest expert's share" in v.text
+
+
+def test_shipped_fine_moe_fails_the_premise():
+    """The committed fine MoE's card: minimum expert share 0.0 in all 8 layers (the review's finding)."""
+    routing = gm.card_routing("data/models/tiny-qwen3-moe-fine")
+    assert routing is not None and len(routing["expert_share_min"]) == 8
+    assert gm.load_balance(routing).word == NOT
 
 
 # ---------------------------------------------------------------- P5: engine vs trainer
@@ -125,7 +164,7 @@ def test_p4_p5_evidence_and_verdicts_from_runs():
     acc = {"grpo": [0.40, 0.42, 0.41], "grpo_replay": [0.50, 0.51, 0.52], "gspo": [0.51, 0.50, 0.52],
            "gspo_engine": [0.50, 0.51, 0.52]}
     metrics, summaries = _runs(acc)
-    e4 = gm.p4_evidence(metrics, summaries, range(3))
+    e4 = gm.p4_evidence(metrics, summaries, range(3), expert_change=0.05, routing=BALANCED)
     assert e4["acc_grpo"] == [0.40, 0.42, 0.41] and e4["collapsed_grpo"] == [True] * 3  # 0.5 -> < 0.45
     assert e4["reward_gspo"] == pytest.approx([0.52] * 3) and e4["clip_grpo"] == pytest.approx([0.01] * 3)
     v4 = report.judge("P4", e4)
@@ -135,7 +174,9 @@ def test_p4_p5_evidence_and_verdicts_from_runs():
     assert e5["acc_engine"] == [0.50, 0.51, 0.52] and e5["acc_recompute"] == [0.51, 0.50, 0.52]
     v5 = report.judge("P5", e5)
     assert v5.word == REPRODUCED and "mean token-level / mean sequence-level" in v5.text and "5.00 >= 1.00" in v5.text
-    assert report.judge("P5", {**e5, "seq_mismatch": 0.0}).word == PARTLY  # no sequence mismatch: that part cannot hold
+    assert report.judge("P5", {**e5, "seq_mismatch": 0.0}).word == NOT  # no sequence mismatch: the check has no value
     replay_behind = {**acc, "grpo_replay": [0.39, 0.41, 0.40]}
-    assert report.judge("P4", gm.p4_evidence(*_runs(replay_behind), range(3))).word == PARTLY  # replay behind, GSPO ahead
+    behind = gm.p4_evidence(*_runs(replay_behind), range(3), expert_change=0.05, routing=BALANCED)
+    assert report.judge("P4", behind).word == PARTLY  # replay behind, GSPO ahead
+    assert report.judge("P4", {**behind, "routing": None}).word == NOT_TESTED  # the premise unmeasured
     assert report.judge("P4", {**e4, "expert_change": 0.0064}).word == report.NOT_TESTED

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from gpolib.lab import stats
-from gpolib.lab.intervals import betainc, detectable, fit_line, mean_interval, paired, seeds_needed, t_cdf, t_quantile
+from gpolib.lab.equivalence import DELTA, classify_null, delta_for, seeds_for_precision
+from gpolib.lab.intervals import betainc, fit_line, mean_interval, paired, t_cdf, t_quantile
 from gpolib.lab.stats import INCONCLUSIVE, NOT, NOT_TESTED, PARTLY, REPRODUCED, SMOKE
 
 # Student t quantiles t_{p, df} as printed in standard tables (6-7 significant digits).
@@ -65,51 +66,65 @@ def test_interval_edge_cases():
         mean_interval([])
 
 
-# ---------------------------------------------------------------- power (inconclusive verdicts)
+# ---------------------------------------------------------------- equivalence and the precision rule
 
-T80_2 = 1.0606602  # t_{0.80, 2} = (2p - 1) / sqrt(2p(1-p)) at p = 0.8: 0.6 / sqrt(0.32)
-
-
-def test_detectable_difference_by_hand():
-    # n = 3, sd 0.1: (t_{0.975,2} + t_{0.80,2}) * 0.1 / sqrt(3) = (4.302653 + 1.060660) * 0.1 / 1.732051 = 0.309651
-    assert detectable(0.1, 3) == pytest.approx((T2 + T80_2) * 0.1 / math.sqrt(3), abs=1e-6)
-    assert detectable(0.1, 3) == pytest.approx(0.309651, abs=1e-6)
-    # n = 9 (df 8): t_{0.975,8} 2.306004, t_{0.80,8} 0.888889 (tables): 3.194893 * 0.1 / 3 = 0.106496
-    assert detectable(0.1, 9) == pytest.approx(0.106496, abs=2e-6)
-    with pytest.raises(ValueError, match="n >= 2"):
-        detectable(0.1, 1)
+T90_2 = 2.919986  # t_{0.95, 2} (tables)
 
 
-def test_seeds_needed_is_the_first_n_that_detects():
-    # 0.31 > 0.309651 (n = 3 detects it), 0.30 < it (n = 4: (3.182446 + 0.978472) * 0.1 / 2 = 0.208046 <= 0.30)
-    assert seeds_needed(0.1, 0.31) == 3 and seeds_needed(0.1, 0.30) == 4 and seeds_needed(0.1, -0.30) == 4
-    assert seeds_needed(0.1, 0.0) is None and seeds_needed(0.0, 0.01) == 2
+def test_precision_rule_by_hand():
+    # sd 0.0152753, delta 0.03: t(0.975, n-1) sd / sqrt(n) <= 0.015 first at n = 7
+    # n = 6: 2.570582 * 0.0152753 / 2.449490 = 0.016031 > 0.015; n = 7: 2.446912 * 0.0152753 / 2.645751 = 0.014128
+    assert seeds_for_precision(0.0152753, 0.03) == 7
+    assert seeds_for_precision(0.0152753, 0.0321) == 6  # 0.016031 <= 0.01605
+    assert seeds_for_precision(0.0, 0.03) == 3  # never fewer than 3
+    with pytest.raises(ValueError, match="delta > 0"):
+        seeds_for_precision(0.01, 0.0)
 
 
-# ---------------------------------------------------------------- A > B
+def test_delta_table_mirrors_design():
+    assert DELTA == {"accuracy": 0.03, "share": 0.03, "length": 5.0, "elr": 0.20, "log_ratio_range": 0.02}
+    assert delta_for("entropy", base_entropy=0.0386) == pytest.approx(0.00386)
+    with pytest.raises(ValueError, match="no delta"):
+        delta_for("speed")
+    with pytest.raises(ValueError, match="entropy"):
+        delta_for("entropy")
+    with pytest.raises(ValueError, match="no delta"):
+        stats.Greater("x", "speed")  # an unknown measure fails where the rule is defined
 
-def test_greater_inconclusive_when_interval_includes_zero():
-    # differences 0.02, 0.05, 0.03: CI [-0.0046, +0.0713], sd 0.0152753; detectable = 5.363313 * 0.0152753 / sqrt(3)
-    # = 0.047299; the observed mean 0.0333 needs n = 5: (2.776445 + 0.940965) * 0.0152753 / sqrt(5) = 0.025396 <= it
-    # while n = 4 gives (3.182446 + 0.978472) * 0.0152753 / 2 = 0.031779 <= 0.0333 too: 4 seeds
-    v = stats.Greater("acc, A - B").judge([0.52, 0.55, 0.53], [0.5, 0.5, 0.5])
+
+def test_greater_inconclusive_names_sd_df_and_precision_seeds():
+    # differences 0.02, 0.05, 0.03: 95% CI [-0.0046, +0.0713] spans 0; 90% half 2.919986 * 0.0152753 / sqrt(3) =
+    # 0.025752: [+0.0076, +0.0591] is not within 0 +- 0.03 -> inconclusive; the precision rule asks 7 seeds
+    v = stats.Greater("acc, A - B", "accuracy").judge([0.52, 0.55, 0.53], [0.5, 0.5, 0.5])
     assert v.word == INCONCLUSIVE
-    assert "[-0.005, +0.071]" in v.text and "n=3" in v.text and "paired sd 0.015" in v.text
-    assert "detects a difference of 0.047" in v.text and "4 seeds would detect the observed mean +0.033" in v.text
-    assert "t-quantile approximation" in v.text
-    assert v.criterion == stats.Greater("acc, A - B").criterion and "partly" not in v.criterion
+    assert "[-0.005, +0.071]" in v.text and "n=3" in v.text and "paired sd 0.015 (2 df)" in v.text
+    assert "90% CI [+0.008, +0.059] not within +0.000 +- 0.030" in v.text
+    assert "the precision rule asks 7 seeds per arm" in v.text
+    assert v.null.seeds == 7 and v.null.df == 2 and not v.null.equivalent
+    assert v.to_dict()["equivalence"]["precision_seeds"] == 7
 
 
-def test_greater_paper_effect_sets_the_seeds_needed():
-    # sd 0.0152753: n = 3 detects 0.047299 (>= 0.05 passes, 0.04 does not), n = 4 detects 0.031779
-    for effect, n in ((0.05, 3), (0.04, 4)):
-        rule = stats.Greater("acc, A - B", paper_effect=effect)
-        assert f"{n} seeds would detect the paper's effect +{effect:.3f}" in rule.judge([0.52, 0.55, 0.53], [0.5] * 3).text
+def test_greater_equivalent_within_delta_is_not_reproduced():
+    # differences -0.005, 0, +0.005: 95% half 4.302653 * 0.005 / sqrt(3) = 0.012421 spans 0; 90% half
+    # 2.919986 * 0.005 / sqrt(3) = 0.008429: [-0.0084, +0.0084] lies within 0 +- 0.03 -> equivalent
+    v = stats.Greater("acc, A - B", "accuracy").judge([0.495, 0.5, 0.505], [0.5, 0.5, 0.5])
+    assert v.word == NOT and "equivalent within +-0.030" in v.text and v.null.equivalent
+    assert v.null.lo90 == pytest.approx(-T90_2 * 0.005 / math.sqrt(3), abs=1e-8)
+    # the same differences in tokens of length (delta 5) and as log-ratio ranges (delta 0.02): equivalent too;
+    # times 10 as a share (delta 0.03): 90% [-0.084, +0.084] is not within +-0.03 -> inconclusive
+    assert stats.Greater("len", "length").judge([0.495, 0.5, 0.505], [0.5] * 3).word == NOT
+    assert stats.Greater("s", "share").judge([0.45, 0.5, 0.55], [0.5] * 3).word == INCONCLUSIVE
+
+
+def test_equivalence_needs_the_whole_90_interval_inside():
+    iv = mean_interval([0.02, 0.03, 0.04])  # sd 0.01, 90% half 0.016859: [0.0131, 0.0469]
+    assert not classify_null(iv, 0.0, 0.04).equivalent and classify_null(iv, 0.0, 0.047).equivalent
+    assert classify_null(mean_interval([0.1]), 0.0, 0.03) is None  # one value: nothing to decide
 
 
 def test_greater_reproduced_and_g1_threshold():
     # differences 0.06, 0.07, 0.08: mean 0.07, sd 0.01, half-width 4.302653 * 0.01 / sqrt(3) = 0.0248414
-    g1 = stats.Greater("held-out accuracy, GRPO - base", at_least=0.05)
+    g1 = stats.Greater("held-out accuracy, GRPO - base", "accuracy", at_least=0.05)
     v = g1.judge([0.56, 0.57, 0.58], [0.5, 0.5, 0.5])
     assert v.word == REPRODUCED
     assert (v.interval.lo, v.interval.hi) == (pytest.approx(0.0451586, abs=1e-6), pytest.approx(0.0948414, abs=1e-6))
@@ -118,17 +133,22 @@ def test_greater_reproduced_and_g1_threshold():
     # 0.02, 0.025, 0.03: interval [0.0126, 0.0374] below 0.05 -> the claimed size is excluded
     assert g1.judge([0.52, 0.525, 0.53], [0.5, 0.5, 0.5]).word == NOT
     # -0.01, 0.0, -0.02: interval [-0.0348, +0.0148] spans 0 -> inconclusive, not "partly" for a wrong-sign mean
-    assert stats.Greater("x").judge([0.49, 0.50, 0.48], [0.5, 0.5, 0.5]).word == INCONCLUSIVE
-    assert stats.Greater("x").judge([0.45, 0.46, 0.44], [0.5, 0.5, 0.5]).word == NOT  # interval below 0
-    assert "mean >= +0.050" in g1.criterion and "mean >=" not in stats.Greater("x").criterion
+    # (with delta 0.03 its 90% interval [-0.0269, +0.0069] lies within +-0.03: equivalent, not reproduced)
+    x = stats.Greater("x", "accuracy")
+    assert x.judge([0.49, 0.50, 0.48], [0.5, 0.5, 0.5]).word == NOT
+    assert stats.Greater("x", "accuracy").with_delta(0.02).judge([0.49, 0.50, 0.48], [0.5] * 3).word == INCONCLUSIVE
+    assert x.judge([0.45, 0.46, 0.44], [0.5, 0.5, 0.5]).word == NOT  # interval below 0
+    assert "mean >= +0.050" in g1.criterion and "mean >=" not in x.criterion
 
 
 def test_growth_negative_like_r2_spans_zero():
     # R2 full profile: incorrect-answer length growth under GRPO, three seeds (tokens)
     grpo = [-0.7469587329336349, -5.278157091634803, -1.4068917437210615]
-    v = stats.growth("incorrect-length growth under GRPO", fmt="+.2f").judge(grpo)
-    # mean -2.477336, sd 2.447923, half-width 4.302653 * 2.447923 / sqrt(3) = 6.080985: [-8.56, +3.60] spans 0
-    assert v.word == INCONCLUSIVE and "no number of seeds would detect the observed mean -2.48" in v.text
+    v = stats.growth("incorrect-length growth under GRPO", measure="length", fmt="+.2f").judge(grpo)
+    # mean -2.477336, sd 2.447923, half-width 4.302653 * 2.447923 / sqrt(3) = 6.080985: [-8.56, +3.60] spans 0;
+    # 90% half 2.919986 * 2.447923 / sqrt(3) = 4.126854: [-6.60, +1.65] not within +-5 tokens -> inconclusive;
+    # precision (delta / 2 = 2.5): n = 6 gives 2.570582 * 2.447923 / 2.449490 = 2.5690, n = 7 2.2640 -> 7 seeds
+    assert v.word == INCONCLUSIVE and "the precision rule asks 7 seeds per arm" in v.text
     assert v.interval.mean == pytest.approx(-2.477336, abs=1e-6)
     assert v.interval.sd == pytest.approx(2.447923, abs=1e-6)
     assert v.interval.lo == pytest.approx(-8.558321, abs=1e-5) and v.interval.hi == pytest.approx(3.603649, abs=1e-5)
@@ -138,7 +158,8 @@ def test_growth_negative_like_r2_spans_zero():
 def test_two_part_claim_partly_names_the_parts():
     grpo = [-0.7469587329336349, -5.278157091634803, -1.4068917437210615]
     dr = [-4.459010462254945, -5.750337438373236, -0.08613100510711291]
-    rule = stats.AllOf(parts=(stats.growth("growth GRPO"), stats.Greater("growth GRPO - Dr. GRPO")))
+    rule = stats.AllOf(parts=(stats.growth("growth GRPO", measure="length"),
+                              stats.Greater("growth GRPO - Dr. GRPO", "length")))
     grow, more = rule.parts[0].judge(grpo), rule.parts[1].judge(grpo, dr)
     assert (grow.word, more.word) == (INCONCLUSIVE, INCONCLUSIVE)  # differences 3.71, 0.47, -1.32: CI spans 0
     assert rule.judge([grow, more]).word == INCONCLUSIVE  # no part holds, none refuted
@@ -160,7 +181,10 @@ def test_non_inferiority_boundary():
     ni, half = stats.NotWorse("acc, GSPO - GRPO"), T2 * 0.01 / math.sqrt(3)  # 0.0248414
     assert ni.judge(*_three_around(-0.0299 + half)).word == REPRODUCED  # lower end -0.0299
     assert ni.judge(*_three_around(-0.0301 + half)).word == INCONCLUSIVE  # lower end -0.0301, upper +0.0196
-    assert ni.judge(*_three_around(-0.0301)).word == INCONCLUSIVE  # mean below -0.03, upper end -0.0053 above it
+    # mean -0.0301, upper end -0.0053 above the margin line, but the 90% interval [-0.0470, -0.0132] lies within
+    # -0.03 +- 0.03: the difference sits at the margin (equivalent) -> not reproduced
+    sits = ni.judge(*_three_around(-0.0301))
+    assert sits.word == NOT and "equivalent within +-0.030" in sits.text
     assert ni.judge(*_three_around(-0.0301 - half)).word == NOT  # upper end -0.0301: worse beyond the margin
     assert ni.judge(*_three_around(-0.03 + 0.0248414, spread=0.0)).word == REPRODUCED  # sd 0: lower end = mean
     assert "-0.03" in ni.criterion
@@ -175,11 +199,11 @@ def test_p2_two_seeds_is_inconclusive():
 
 
 def test_fewer_than_three_seeds_never_reproduced():
-    big = stats.Greater("gain")
+    big = stats.Greater("gain", "accuracy")
     two = big.judge([0.60, 0.61], [0.5, 0.5])  # interval [0.041, 0.169] excludes 0
     assert two.interval.lo > 0 and two.word == INCONCLUSIVE and "only 2 seeds (< 3)" in two.text
     one = big.judge([0.9], [0.1])
-    assert one.word == INCONCLUSIVE and "one seed (1): no interval" in one.text and "no interval" in one.text
+    assert one.word == INCONCLUSIVE and "one seed (1): no interval, no decision" in one.text
     d = one.to_dict()
     assert d["interval"] == [None, None] and d["interval_why"]
     assert "fewer than 3 seeds: at most inconclusive" in big.criterion
@@ -188,8 +212,8 @@ def test_fewer_than_three_seeds_never_reproduced():
 # ---------------------------------------------------------------- premises, conditions and checks
 
 def test_failed_premise_like_f1_names_it():
-    premise = stats.Greater("GRPO length over the base (tokens)", fmt="+.1f")
-    elr = stats.growth("ELR of 4/24", at_least=0.46, fmt="+.1%")
+    premise = stats.Greater("GRPO length over the base (tokens)", "length", fmt="+.1f")
+    elr = stats.growth("ELR of 4/24", measure="elr", at_least=0.46, fmt="+.1%")
     acc = stats.NotWorse("held-out accuracy, GFPO - GRPO")
     f1 = stats.AllOf(parts=(elr, acc), premises=(premise,))
     parts = [elr.judge([0.55, 0.60, 0.58]), acc.judge([0.85, 0.86, 0.84], [0.85, 0.85, 0.85])]
@@ -206,7 +230,7 @@ def test_failed_premise_like_f1_names_it():
 
 def test_condition_not_met_is_not_tested_with_the_measure():
     routing = stats.AtLeast("share of activated experts that change", at_least=0.02, fmt=".2%")
-    p4 = stats.AllOf(parts=(stats.Greater("acc, replay - none"),), conditions=(routing,))
+    p4 = stats.AllOf(parts=(stats.Greater("acc, replay - none", "accuracy"),), conditions=(routing,))
     part = stats.Verdict(NOT, "acc, replay - none: mean -0.100", "")
     v = p4.judge([part], conditions=[routing.judge(0.0064)])
     assert v.word == NOT_TESTED and v.text.startswith("not tested: condition not met: share of activated experts "
@@ -224,14 +248,43 @@ def test_at_least_every_seed_and_combination():
     ni_unsure = stats.Verdict(INCONCLUSIVE, "", "")
     assert p2.judge([clip.judge([100, 120, 140]), ni_unsure]).word == PARTLY
     assert p2.judge([fails, ni_unsure]).word == NOT
-    with pytest.raises(ValueError, match="expected 2 parts"):
+    with pytest.raises(ValueError, match=r"expected \(parts, checks, guards, premises, conditions\) = \(2, 0, 0, 0, 0\)"):
         p2.judge([fails])
 
 
-def test_criterion_changed_note():
-    v = stats.criterion_changed(stats.Verdict(stats.NOT_RUN, "x", ""), "the criterion asks arm 4/24, not yet run")
-    assert v.text == "x; the criterion changed after these data were seen; the criterion asks arm 4/24, not yet run"
-    assert set(stats.WORDS) >= {REPRODUCED, PARTLY, INCONCLUSIVE, NOT, NOT_TESTED, stats.NOT_RUN, SMOKE}
+def test_typed_parts_checks_never_earn_partly():
+    """DESIGN: a check is printed as 'checks passed' and never counts as a reproduced part; partly needs one empirical
+    part reproduced and one not; a single comparison never says partly."""
+    part = stats.growth("rise", measure="share")
+    check = stats.AtLeast("filter leaves no zero-variance group", at_least=1.0, every=True)
+    d2 = stats.AllOf(parts=(part,), checks=(check,))
+    unsure = part.judge([0.031, 0.05, -0.01])  # 95% CI spans 0, 90% CI [-0.032, +0.080] not within +-0.03
+    ok = check.judge([1.0, 1.0, 1.0])
+    v = d2.judge([unsure], checks=[ok])
+    assert unsure.word == INCONCLUSIVE and v.word == INCONCLUSIVE  # not "partly" from the check
+    assert "; checks passed: filter leaves no zero-variance group 1.000 >= 1.000" in v.text
+    assert [p["role"] for p in v.to_dict()["parts"]] == ["part", "check"]
+    yes = stats.Verdict(REPRODUCED, "rise: held", "")
+    assert d2.judge([yes], checks=[ok]).word == REPRODUCED
+    broken = d2.judge([yes], checks=[check.judge([1.0, 0.5, 1.0])])
+    assert broken.word == NOT and "CHECK FAILED" in broken.text and "partly" not in d2.criterion
+    assert "check (holds by construction, not a part)" in d2.criterion
+
+
+def test_guard_denies_reproduced_but_never_earns_partly():
+    entropy, acc = stats.Greater("entropy", "entropy", fmt="+.4f").with_delta(0.004), stats.NotWorse("acc")
+    d1 = stats.AllOf(parts=(entropy,), guards=(acc,))
+    yes, no = stats.Verdict(REPRODUCED, "y", ""), stats.Verdict(NOT, "n", "")
+    assert d1.judge([no], guards=[yes]).word == NOT  # the guard holding does not make it partly
+    assert d1.judge([yes], guards=[no]).word == PARTLY  # the guard failing denies reproduced
+    assert d1.judge([yes], guards=[yes]).word == REPRODUCED
+    # D1's committed numbers: entropy +0.0001, -0.0003, +0.0002 nats; delta 10% of 0.03859 -> equivalent
+    v = entropy.with_delta(0.1 * 0.03859).judge([0.0381, 0.0377, 0.0382], [0.038, 0.038, 0.038])
+    assert v.word == NOT and "equivalent within +-0.0039" in v.text
+
+
+def test_words_are_designs_vocabulary():
+    assert set(stats.WORDS) == {REPRODUCED, PARTLY, INCONCLUSIVE, NOT, NOT_TESTED, stats.NOT_RUN, SMOKE}
 
 
 # ---------------------------------------------------------------- slope (S1)
@@ -268,7 +321,7 @@ def test_slope_rule_against_numpy_and_s1_weak_fit():
 # ---------------------------------------------------------------- smoke and printing
 
 def test_smoke_prints_no_verdict_with_the_criterion():
-    rule = stats.Greater("gain", at_least=0.05)
+    rule = stats.Greater("gain", "accuracy", at_least=0.05)
     v = rule.judge([0.56, 0.57, 0.58], [0.5, 0.5, 0.5])
     s = stats.for_profile(v, "smoke")
     assert s.word == SMOKE and s.line().startswith("smoke: no verdict — ")
@@ -277,7 +330,7 @@ def test_smoke_prints_no_verdict_with_the_criterion():
 
 
 def test_missing_values_are_named_not_skipped():
-    v = stats.growth("growth").judge([1.0, None, float("nan")])
+    v = stats.growth("growth", measure="length").judge([1.0, None, float("nan")])
     assert v.word == INCONCLUSIVE and "no value at position(s) [1, 2]" in v.text and v.criterion
     assert stats.NotWorse("acc").judge([0.5, 0.5, 0.5], [0.5, float("inf"), 0.5]).word == INCONCLUSIVE
     assert stats.AtLeast("premise", 0.1).judge(None).word == INCONCLUSIVE

@@ -2,7 +2,8 @@
 
 - behaviour of a policy on held-out prompts: `sample_outcomes`, `group_outcomes`, `param_counts`;
 - MoE routing of the Qwen3-MoE policy: `expert_load`;
-- the shipped recipe rebuilt: `rebuild_base`, `curve_match`.
+- the shipped recipe rebuilt: `rebuild_base`, `curve_match`;
+- a model's card (`base_metrics.json`): `card`.
 """
 from __future__ import annotations
 
@@ -15,6 +16,14 @@ import pandas as pd
 import torch
 
 from ..rewards import correctness_reward
+
+
+def card(model: str) -> dict:
+    """A model's card, `base_metrics.json` beside its weights (benchmarks/base_metrics.py writes it); {} if absent."""
+    from ..models import resolve_path
+
+    f = Path(resolve_path(model)) / "base_metrics.json"
+    return json.loads(f.read_text()) if f.exists() else {}
 
 
 def param_counts(model) -> dict:

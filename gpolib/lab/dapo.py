@@ -24,6 +24,7 @@ from ..metrics import mean_of
 from ..objectives import group_advantages
 from ..rewards import soft_overlong_penalty
 from . import stats
+from .equivalence import delta_for
 from .dr_grpo import token_weights
 from .prose import say
 from .runs import arm_of, by_arm, end_accuracy, mean_over, run_key, window
@@ -69,21 +70,22 @@ LADDER = {"grpo": ("naive GRPO", 30), "overlong_filter": ("+ overlong filtering"
           "token_mean": ("+ token-level loss", 42), "dapo": ("+ dynamic sampling (DAPO)", 50)}
 """arm -> (row label, the paper's AIME24 avg@32 of that row, DAPO Tab. 1)"""
 
-D1_ENTROPY = stats.Greater("policy entropy over the last 25% of steps (nats/token), Clip-Higher - GRPO", fmt="+.4f")
+D1_ENTROPY = stats.Greater("policy entropy over the last 25% of steps (nats/token), Clip-Higher - GRPO", "entropy",
+                           fmt="+.4f")
 D1_ACC = stats.NotWorse("held-out accuracy (T = 1), Clip-Higher - GRPO")
-D1_RULE = stats.AllOf(parts=(D1_ENTROPY, D1_ACC))
+D1_RULE = stats.AllOf(parts=(D1_ENTROPY,), guards=(D1_ACC,))
 D2_RISE = stats.growth("all-correct share on the fixed panel (256 training prompts x 8), step 100 - step 0, "
-                       "notebook 01's GRPO runs")
+                       "notebook 01's GRPO runs", measure="share")
 D2_BATCH = "all-correct share of GRPO's training batches, last 20% - first 20% of steps"
 """reported beside D2 (different prompts every step: noisy, and confounded by which prompts were drawn)"""
 D2_CLEAN = stats.AtLeast("share of dynamic-sampling steps whose trained batch holds no zero-variance group",
                          at_least=1.0, every=True)
-D2_RULE = stats.AllOf(parts=(D2_RISE, D2_CLEAN))
+D2_RULE = stats.AllOf(parts=(D2_RISE,), checks=(D2_CLEAN,))
 D4_BASE = stats.AtLeast("base truncation share on the held-out prompts at L_max", at_least=0.03)
 D4_EQ13 = stats.AtLeast("Eq. 13 equals its hand formula at every tested length (1 = yes)", at_least=1.0, fmt=".0f")
-D4_CUT = stats.Greater("truncation share over the last 20% of steps, no shaping - shaping", fmt="+.4f")
-D4_RULE = stats.AllOf(parts=(D4_EQ13, D4_CUT), premises=(D4_BASE,))
-D5_GAIN = stats.Greater("held-out accuracy at equal generated samples, DAPO - naive GRPO")
+D4_CUT = stats.Greater("truncation share over the last 20% of steps, no shaping - shaping", "share", fmt="+.4f")
+D4_RULE = stats.AllOf(parts=(D4_CUT,), checks=(D4_EQ13,), premises=(D4_BASE,))
+D5_GAIN = stats.Greater("held-out accuracy at equal generated samples, DAPO - naive GRPO", "accuracy")
 D5_STEPS = stats.AtLeast("upper end of the 95% interval of the worst rung-to-rung accuracy change", at_least=0.0,
                          fmt="+.3f")
 D5_RULE = stats.AllOf(parts=(D5_GAIN, D5_STEPS))
@@ -263,30 +265,33 @@ def d_evidence(metrics: dict, summaries: dict, seeds, samples_budget: int) -> di
 
 
 def verdict_d1(e: dict) -> stats.Verdict:
-    """D1: `D1_RULE` (entropy higher with Clip-Higher, accuracy not worse); mean pi_old of up-clipped tokens noted."""
-    v = D1_RULE.judge([D1_ENTROPY.judge(e["entropy_high"], e["entropy_base"]),
-                       D1_ACC.judge(e["acc_high"], e["acc_base"])])
-    return v.with_note(f"mean pi_old of up-clipped tokens {stats.seed_mean(e['pi_old_upclipped'])} (paper: < 0.2)")
+    """D1: `D1_RULE` (entropy higher with Clip-Higher; accuracy not worse, a guard), entropy's delta 10% of the base
+    model's mean per-token entropy on held-out prompts (`base_entropy`, its card); mean pi_old of up-clipped tokens
+    noted."""
+    entropy = D1_ENTROPY.with_delta(delta_for("entropy", e.get("base_entropy")))
+    v = D1_RULE.judge([entropy.judge(e["entropy_high"], e["entropy_base"])],
+                      guards=[D1_ACC.judge(e["acc_high"], e["acc_base"])])
+    return v.with_note(f"base model's entropy on held-out prompts {e['base_entropy']:.4f} nats/token (its card); "
+                       f"mean pi_old of up-clipped tokens {stats.seed_mean(e['pi_old_upclipped'])} (paper: < 0.2)")
 
 
 def verdict_d2(e: dict) -> stats.Verdict:
-    """D2: `D2_RULE` (the all-correct share on a fixed panel rises from step 0 to 100; dynamic sampling trains no
-    zero-variance group). Without the panel (`panel_rise` absent) the rise is not yet run: the dynamic-sampling
-    part is judged, the training-batch rise reported beside, and the verdict is 'not yet run'."""
+    """D2: `D2_RULE` (the all-correct share on a fixed panel rises from step 0 to 100: the empirical part; dynamic
+    sampling trains no zero-variance group: a check, the filter does that by construction). The training-batch share
+    of the same runs (notebook 01's GRPO) and the share predicted from per-prompt accuracy are reported beside;
+    without the panel (`panel_rise` absent) the claim is not yet run."""
     clean = D2_CLEAN.judge(e["ds_clean_steps"])
     batch = [b - a for a, b in zip(e["all_correct_first"], e["all_correct_last"])]
-    note = (stats.describe(stats.mean_interval(batch), D2_BATCH) + "; generation batches per step with dynamic "
-            f"sampling {stats.seed_mean(e['gen_batches_per_step'], '.2f')}")
-    if "panel_rise" in e:
-        note = note if "panel_first" not in e else (f"panel at steps {e['panel_steps']}: all-correct share {stats.seed_mean(e['panel_first'])} -> "
-                f"{stats.seed_mean(e['panel_last'])}, accuracy rise {stats.seed_mean(e['panel_acc_rise'])}, rise "
-                f"predicted from per-prompt accuracy (mean p^8) {stats.seed_mean(e['panel_predicted_rise'])}; "
-                + note)
-        return D2_RULE.judge([D2_RISE.judge(e["panel_rise"]), clean]).with_note(note)
-    v = stats.Verdict(stats.NOT_RUN, f"fixed-panel rise: not yet run; dynamic sampling: {clean.word}: {clean.text}",
-                      D2_RULE.criterion, parts=(clean,))
-    return stats.criterion_changed(v.with_note(note), "the criterion asks a fixed panel of 256 training prompts x 8 "
-                                   "samples at steps 0, 50 and 100 of notebook 01's GRPO runs, not yet run")
+    note = (stats.describe(stats.mean_interval(batch), D2_BATCH) + " (notebook 01's GRPO runs); generation batches "
+            f"per step with dynamic sampling {stats.seed_mean(e['gen_batches_per_step'], '.2f')}")
+    if "panel_rise" not in e:
+        return stats.Verdict(stats.NOT_RUN, f"fixed-panel rise: not yet run; check: {clean.text}; {note}",
+                             D2_RULE.criterion, parts=(clean,), roles=("check",))
+    note = (f"panel at steps {e['panel_steps']}: all-correct share {stats.seed_mean(e['panel_first'])} -> "
+            f"{stats.seed_mean(e['panel_last'])}, accuracy rise {stats.seed_mean(e['panel_acc_rise'])}; rise of the "
+            f"share predicted from per-prompt accuracy (mean p^8) {stats.seed_mean(e['panel_predicted_rise'])}, not "
+            "an independent prediction (p is estimated from the same 8 samples); " + note)
+    return D2_RULE.judge([D2_RISE.judge(e["panel_rise"])], checks=[clean]).with_note(note)
 
 
 def verdict_d3(e: dict) -> tuple:
@@ -299,9 +304,8 @@ def verdict_d3(e: dict) -> tuple:
 def verdict_d4(e: dict) -> stats.Verdict:
     """D4: `D4_RULE` (Eq. 13 exact; truncation lower with shaping), if the base truncates >= 3% at L_max; the
     overlong-filtering side arm against naive GRPO is noted (reported, not judged: DESIGN's D4 is the shaping)."""
-    v = D4_RULE.judge([D4_EQ13.judge(1.0 if e["eq13_exact"] else 0.0),
-                       D4_CUT.judge(e["trunc_without_shaping"], e["trunc_with_shaping"])],
-                      [D4_BASE.judge(e["trunc_base"])])
+    v = D4_RULE.judge([D4_CUT.judge(e["trunc_without_shaping"], e["trunc_with_shaping"])],
+                      [D4_BASE.judge(e["trunc_base"])], checks=[D4_EQ13.judge(1.0 if e["eq13_exact"] else 0.0)])
     if "trunc_with_filter" not in e:
         return v
     return v.with_note(f"overlong filtering vs naive GRPO: truncation share over the last 20% of steps "

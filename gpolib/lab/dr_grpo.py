@@ -125,8 +125,9 @@ def verdict_r1(e: dict) -> Exact:
     return (REPRODUCED if worst <= EXACT_TOL else NOT), f"largest error vs hand-computed advantages/weights {worst:.1e}"
 
 
-R2_GROWS = stats.growth("incorrect-answer length growth under GRPO (tokens, last - first 20% of steps)", fmt="+.2f")
-R2_MORE = stats.Greater("incorrect-answer length growth, GRPO - Dr. GRPO (tokens)", fmt="+.2f")
+R2_GROWS = stats.growth("incorrect-answer length growth under GRPO (tokens, last - first 20% of steps)", measure="length",
+                        fmt="+.2f")
+R2_MORE = stats.Greater("incorrect-answer length growth, GRPO - Dr. GRPO (tokens)", "length", fmt="+.2f")
 R2_RULE = stats.AllOf(parts=(R2_GROWS, R2_MORE))
 """R2: incorrect answers grow longer under GRPO, and more than under Dr. GRPO; partly if only one half holds"""
 RULES = {"R2": R2_RULE}

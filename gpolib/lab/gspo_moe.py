@@ -24,6 +24,7 @@ import torch
 
 from ..models import EMBEDDED
 from . import stats
+from .base_models import card
 from .gspo import clip_share, final_mean, mismatch_stats, sequence_mismatch, token_mismatch
 from .runs import arm_of, end_accuracy, mean_over, run_key
 
@@ -56,19 +57,23 @@ P3_BESIDE = {"router trainable": "grpo", "router frozen": "grpo_frozen", "8-expe
 """label -> arm whose per-layer measure notebook 08 draws"""
 NO_REPLAY = ("grpo", "gspo")
 """P4's runs without Routing Replay, whose measure is P4's condition"""
-P4_REPLAY = stats.Greater("held-out accuracy (T = 1), GRPO + replay - GRPO")
+P4_REPLAY = stats.Greater("held-out accuracy (T = 1), GRPO + replay - GRPO", "accuracy")
 P4_GSPO = stats.NotWorse("held-out accuracy (T = 1), GSPO - GRPO + replay")
 P4_ROUTING = stats.AtLeast("share of activated experts that change per update (P3's measure, mean over layers)",
                            at_least=0.02, fmt=".2%")
 """P4's condition: without routing that changes there is nothing for Routing Replay to fix"""
-P4_RULE = stats.AllOf(parts=(P4_REPLAY, P4_GSPO), conditions=(P4_ROUTING,))
+LOAD_BALANCE = stats.AtLeast("lowest expert's share of routed held-out tokens / uniform share 1/E, per layer (model "
+                             "card)", at_least=0.25, every=True, fmt=".2f")
+"""P3 and P4's premise at our scale (DESIGN): every expert carries >= 0.25 x its uniform share in every layer"""
+P4_RULE = stats.AllOf(parts=(P4_REPLAY, P4_GSPO), conditions=(LOAD_BALANCE, P4_ROUTING))
 """P4: GRPO with Routing Replay beats GRPO without it, and GSPO without replay is not worse than GRPO with it"""
 P5_ACC = stats.NotWorse("held-out accuracy (T = 1), GSPO engine pi_old - GSPO recomputed pi_old")
 P5_MISMATCH = stats.AtLeast("mean token-level / mean sequence-level |log ratio| engine vs trainer", at_least=1.0,
                             fmt=".2f")
-P5_RULE = stats.AllOf(parts=(P5_ACC, P5_MISMATCH))
-"""P5: engine log-probs as pi_old are not worse than recomputed ones, and the sequence-level mismatch is below
-the token-level mismatch"""
+P5_RULE = stats.AllOf(parts=(P5_ACC,), checks=(P5_MISMATCH,))
+"""P5: engine log-probs as pi_old are not worse than recomputed ones (the empirical part); the sequence-level
+mismatch below the token-level mismatch is a check (a mean of a sequence's token log ratios is at most the mean of
+their absolute values, so it holds by construction)"""
 RULES = {"P4": P4_RULE, "P5": P5_RULE}
 """claim id -> the rule that judges it and writes its criterion"""
 COLLAPSE = 0.05
@@ -98,7 +103,21 @@ def _layer_means_over(per_seed) -> list:
     return [_mean(col) for col in zip(*per_seed)]
 
 
-def p3_evidence(metrics_by_run: dict, seeds, moe_experts: int) -> dict:
+def card_routing(model: str) -> dict | None:
+    """The routing record of a MoE's model card (`base_metrics.json`: per-layer expert shares of held-out tokens)."""
+    return card(model).get("routing")
+
+
+def load_balance(routing: dict | None) -> stats.Verdict:
+    """P3/P4's premise from a routing record (`moe.routing_stats`): each layer's lowest expert share over the uniform
+    share 1/E, which must be >= 0.25 in every layer; without a record the premise has no value (not met)."""
+    if not routing:
+        return LOAD_BALANCE.judge(None)  # no record: no value, the premise is not met
+    n_experts = round(1 / routing["uniform_share"])  # the card rounds 1/E to 4 decimals
+    return LOAD_BALANCE.judge([m * n_experts for m in routing["expert_share_min"]])
+
+
+def p3_evidence(metrics_by_run: dict, seeds, moe_experts: int, routing: dict | None = None) -> dict:
     """P3 from the runs' own logs: per seed, the run-mean over layers of the judged arm (`P3_ARM`, judged); per
     layer, the seed means of the judged arm, the frozen router and the 8-expert MoE (reported). moe_experts: the
     expert count of the judged arm's model (the criterion asks >= 64)."""
@@ -106,7 +125,8 @@ def p3_evidence(metrics_by_run: dict, seeds, moe_experts: int) -> dict:
     return {"expert_change_runs": [_mean(layers) for layers in judged],
             "expert_change_per_layer": _layer_means_over(judged),
             "expert_change_frozen": arm_layers(metrics_by_run, "grpo_frozen", seeds),
-            "expert_change_coarse": arm_layers(metrics_by_run, "grpo_coarse", seeds), "moe_experts": moe_experts}
+            "expert_change_coarse": arm_layers(metrics_by_run, "grpo_coarse", seeds), "moe_experts": moe_experts,
+            "routing": routing}
 
 
 def expert_change_table(metrics_by_run: dict, seeds) -> pd.DataFrame:
@@ -236,7 +256,8 @@ def _per_seed(arms: dict, seeds, fn) -> dict:
     return {key: [fn(run_key(arm, s)) for s in seeds] for key, arm in arms.items()}
 
 
-def p4_evidence(metrics_by_run: dict, summaries: dict, seeds, expert_change: float | None = None) -> dict:
+def p4_evidence(metrics_by_run: dict, summaries: dict, seeds, expert_change: float | None = None,
+                routing: dict | None = None) -> dict:
     """P4 per seed: held-out accuracy at the end (judged), final training reward, clip share and collapses
     (reported), for GRPO, GRPO + replay and GSPO; `expert_change`, P3's measure (share of activated experts that
     change per update), is P4's condition (absent: the comparison is judged and the condition said unmeasured)."""
@@ -247,7 +268,7 @@ def p4_evidence(metrics_by_run: dict, summaries: dict, seeds, expert_change: flo
                     ("clip", lambda r: clip_share(metrics_by_run[r])),
                     ("collapsed", lambda r: collapsed(summaries[r]))):
         out.update({f"{key}_{k}": v for k, v in _per_seed(arms, seeds, fn).items()})
-    return out if expert_change is None else {**out, "expert_change": expert_change}
+    return {**out, "routing": routing, **({} if expert_change is None else {"expert_change": expert_change})}
 
 
 def p5_evidence(metrics_by_run: dict, summaries: dict, seeds, mismatch: dict) -> dict:
@@ -262,42 +283,67 @@ def p5_evidence(metrics_by_run: dict, summaries: dict, seeds, mismatch: dict) ->
 
 # ---------------------------------------------------------------- verdicts
 
-FINE_MOE = ("the criterion asks the paper's measure logged at every update of the MoE runs on a fine-grained "
-            "embedded MoE (>= 64 experts, top-8, >= 8 layers), not yet run")
-"""what P3/P4's criterion (changed after the 8-expert runs were seen) still needs"""
+P3_GRID = ("the dose-response grid fixed in full.yaml before its runs (lr x {1, 2, 3, 5, 10}, LoRA + router vs all "
+           "parameters, mu in {1, 4, 8}; one seed per cell, validation prompts, no warm-up)")
+P3_LEVEL = 0.05
+"""P3's empirical parts: some non-collapsing cell reaches a run-mean over layers (i), or a deepest layer (ii), >= 5%"""
 
 
 def _pcts(xs) -> str:
     return ", ".join(f"{100 * x:.2f}%" for x in xs)
 
 
-def verdict_p3(e: dict) -> stats.Verdict:
-    """P3, the share of activated experts that change per update (`p3_evidence`): on the fine-grained MoE
-    (`moe_experts` >= 64) reproduced when the run-mean over layers is >= 5%, partly when >= 2% or when the deepest
-    layer reaches 5%, else not reproduced; on the 8-expert MoE only the measure beside: not yet run."""
+def _p3_text(e: dict) -> str:
     layers, runs = e["expert_change_per_layer"], e.get("expert_change_runs") or []
-    share = _mean(layers)
-    text = (f"activated experts changed per update {100 * share:.2f}% (run mean over {len(layers)} layers"
-            + (f", seeds {_pcts(runs)}" if runs else "") + f"; paper ~10%); per layer {_pcts(layers)}"
+    return (f"default cell (LoRA + router, lr 3e-4, mu 4): activated experts changed per update {100 * _mean(layers):.2f}% "
+            f"(run mean over {len(layers)} layers" + (f", seeds {_pcts(runs)}" if runs else "")
+            + f"; paper ~10%); per layer {_pcts(layers)}"
             + (f"; router frozen {_pcts(e['expert_change_frozen'])}" if e.get("expert_change_frozen") else "")
             + (f"; 8-expert MoE {_pcts(e['expert_change_coarse'])}" if e.get("expert_change_coarse") else ""))
-    if e.get("moe_experts", 8) < 64:
-        v = stats.Verdict(stats.NOT_RUN, f"on the {e.get('moe_experts', 8)}-expert MoE: {text}", "")
-        return stats.criterion_changed(v, FINE_MOE)
-    word = (stats.REPRODUCED if share >= 0.05 else stats.PARTLY if share >= 0.02 or layers[-1] >= 0.05
-            else stats.NOT)
-    return stats.Verdict(word, text, "")
+
+
+def judge_grid(cells: list) -> tuple[str, str]:
+    """P3's parts over the grid's cells ({"cell", "run_mean", "deepest", "collapsed"}): reproduced when a
+    non-collapsing cell's run-mean reaches 5% (i); partly when only a deepest layer does (ii); else not reproduced."""
+    live = [c for c in cells if not c["collapsed"]]
+    if not live:
+        return stats.NOT, "every grid cell collapsed: no cell to judge"
+    best, deep = max(live, key=lambda c: c["run_mean"]), max(live, key=lambda c: c["deepest"])
+    text = (f"largest run-mean over layers {100 * best['run_mean']:.2f}% ({best['cell']}), largest deepest-layer "
+            f"share {100 * deep['deepest']:.2f}% ({deep['cell']}), over {len(live)} of {len(cells)} cells that did "
+            "not collapse")
+    if best["run_mean"] >= P3_LEVEL - stats.TOL:
+        return stats.REPRODUCED, text
+    return (stats.PARTLY if deep["deepest"] >= P3_LEVEL - stats.TOL else stats.NOT), text
+
+
+def verdict_p3(e: dict) -> stats.Verdict:
+    """P3 (DESIGN's criterion of 2026-12-06): premise, the fine MoE is load-balanced (`load_balance`, else not
+    tested); then the grid's parts (`judge_grid`; not yet run without the grid). The default cell, the frozen router
+    and the 8-expert MoE are reported beside."""
+    text = _p3_text(e)
+    premise = load_balance(e.get("routing"))
+    if e.get("moe_experts", 8) < 64 or premise.word != stats.REPRODUCED:
+        why = (f"the judged MoE has {e.get('moe_experts', 8)} experts (< 64)" if e.get("moe_experts", 8) < 64
+               else premise.text)
+        return stats.Verdict(stats.NOT_TESTED, f"not tested: premise not met: {why} — {text}", "", parts=(premise,),
+                             failed=(why,), roles=("condition",))
+    if not e.get("grid"):
+        return stats.Verdict(stats.NOT_RUN, f"premise held: {premise.text}; {P3_GRID}: not yet run — {text}", "",
+                             parts=(premise,), roles=("condition",))
+    word, grid = judge_grid(e["grid"])
+    return stats.Verdict(word, f"premise held: {premise.text}; {grid}; {text}", "", parts=(premise,),
+                         roles=("condition",))
 
 
 def verdict_p4(e: dict) -> stats.Verdict:
-    """P4: `P4_RULE` on the paired held-out accuracy differences, if routing changes (`expert_change`, P3's measure,
-    >= 2%: else not tested, the share printed); rewards, clip shares and collapses reported."""
+    """P4: `P4_RULE` on the paired held-out accuracy differences, if the MoE is load-balanced and routing changes
+    (`expert_change`, P3's measure, >= 2%), else not tested with the measured conditions printed; rewards, clip
+    shares and collapses reported."""
     parts = [P4_REPLAY.judge(e["acc_grpo_replay"], e["acc_grpo"]), P4_GSPO.judge(e["acc_gspo"], e["acc_grpo_replay"])]
-    if e.get("expert_change") is None:
-        v = stats.AllOf(parts=P4_RULE.parts).judge(parts).with_note("P4's condition (P3's measure) not measured")
-    else:
-        v = P4_RULE.judge(parts, conditions=[P4_ROUTING.judge(e["expert_change"])]).with_note(
-            "the condition is logged at every update of the P4 runs without replay (GRPO, GSPO)")
+    routing = P4_ROUTING.judge(e.get("expert_change"))  # None (not measured): no value, the condition is not met
+    v = P4_RULE.judge(parts, conditions=[load_balance(e.get("routing")), routing]).with_note(
+        "the routing condition is logged at every update of the P4 runs without replay (GRPO, GSPO)")
     collapses = {k: sum(bool(x) for x in e[f"collapsed_{k}"]) for k in ("grpo", "grpo_replay", "gspo")}
     return v.with_note("final training reward GRPO {}, GRPO + replay {}, GSPO {} (seed means); collapsed runs {}"
                        .format(*(stats.seed_mean(e[f"reward_{k}"]) for k in ("grpo", "grpo_replay", "gspo")),
@@ -307,7 +353,7 @@ def verdict_p4(e: dict) -> stats.Verdict:
 def verdict_p5(e: dict) -> stats.Verdict:
     """P5: `P5_RULE` on the paired accuracy difference and the two mismatch means."""
     ratio = e["token_mismatch"] / e["seq_mismatch"] if e["seq_mismatch"] > 0 else math.inf
-    v = P5_RULE.judge([P5_ACC.judge(e["acc_engine"], e["acc_recompute"]), P5_MISMATCH.judge(ratio)])
+    v = P5_RULE.judge([P5_ACC.judge(e["acc_engine"], e["acc_recompute"])], checks=[P5_MISMATCH.judge(ratio)])
     return v.with_note(f"mismatch token {e['token_mismatch']:.3g}, sequence {e['seq_mismatch']:.3g}; "
                        f"{100 * e['seq_clipped']:.0f}% of sequences outside GSPO's clip range before any update; "
                        f"final training reward engine {stats.seed_mean(e['reward_engine'])}, recompute "

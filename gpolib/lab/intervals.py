@@ -155,33 +155,3 @@ def fit_line(x: Sequence[float], y: Sequence[float], level: float = LEVEL) -> Fi
     se = math.sqrt(ss_res / (k - 2) / sxx)
     half = t_quantile(0.5 + level / 2, k - 2) * se
     return Fit(slope, intercept, se, slope - half, slope + half, r2, k)
-
-
-# ---------------------------------------------------------------- power of a paired t-test
-
-POWER = 0.80
-"""power at which `detectable` and `seeds_needed` are computed (two-sided test at 1 - LEVEL)"""
-
-
-def detectable(sd: float, n: int, level: float = LEVEL, power: float = POWER) -> float:
-    """Smallest true mean difference a paired t-test on n seeds detects with `power`, two-sided at 1 - level.
-
-    The standard t-quantile approximation (not the noncentral t): delta = (t_{(1+level)/2, n-1} + t_{power, n-1})
-    * sd / sqrt(n); it ignores the far tail and slightly understates the n needed at very small n.
-    """
-    if n < 2:
-        raise ValueError(f"detectable needs n >= 2 seeds (one value has no spread), got n={n}")
-    return (t_quantile(0.5 + level / 2, n - 1) + t_quantile(power, n - 1)) * sd / math.sqrt(n)
-
-
-def seeds_needed(sd: float, effect: float, level: float = LEVEL, power: float = POWER,
-                 most: int = 10_000) -> Optional[int]:
-    """The smallest n >= 2 with `detectable(sd, n) <= |effect|`; None when effect is 0 or more than `most` are needed."""
-    if effect == 0 or not math.isfinite(effect):
-        return None
-    if sd == 0:
-        return 2
-    for n in range(2, most + 1):
-        if detectable(sd, n, level, power) <= abs(effect):
-            return n
-    return None

@@ -22,6 +22,9 @@ import numpy as np
 import pandas as pd
 import torch
 
+from .. import jsonio
+from .runs import mean_over, window
+
 PROMPTS = 256
 SAMPLES = 8
 PROMPT_SEED = 20251203
@@ -172,3 +175,24 @@ def evidence(table: pd.DataFrame | None) -> dict:
     return {"panel_rise": rise(t), "panel_first": first["all_correct"].tolist(),
             "panel_last": last["all_correct"].tolist(), "panel_acc_rise": rise(t, "acc"),
             "panel_predicted_rise": rise(t, "predicted"), "panel_steps": sorted(t["step"].unique().tolist())}
+
+
+BATCH_FRAC = 0.2
+"""the training-batch share is compared over the first and last 20% of steps (DESIGN, D2)"""
+
+
+def batch_evidence(notebook_dir: Path, seeds, arm: str = "grpo", frac: float = BATCH_FRAC) -> dict:
+    """D2's training-batch all-correct share from the runs the criterion names (notebook 01's GRPO runs, one folder
+    `<arm>-seed<s>-<key>` per seed in `notebook_dir`): per seed the mean over the first and last `frac` of steps,
+    and the run folders (D2's runs list)."""
+    first, last, folders = [], [], []
+    for s in seeds:
+        found = sorted(Path(notebook_dir).glob(f"{arm}-seed{s}-*/metrics.jsonl"))
+        if len(found) != 1:
+            raise FileNotFoundError(f"{notebook_dir}: expected one {arm}-seed{s}-* run with metrics.jsonl, "
+                                    f"found {len(found)}")
+        rows = [jsonio.loads(line) for line in found[0].read_text().splitlines() if line.strip()]
+        first.append(mean_over(window(rows, frac, "first"), "groups/all_correct"))
+        last.append(mean_over(window(rows, frac, "last"), "groups/all_correct"))
+        folders.append(str(found[0].parent))
+    return {"all_correct_first": first, "all_correct_last": last, "batch_runs": folders}

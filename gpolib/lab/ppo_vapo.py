@@ -45,7 +45,7 @@ V1_MEM = stats.AtLeast("peak memory PPO / GRPO (above the process's start, equal
 V1_RULE = stats.AllOf(parts=(V1_TIME, V1_MEM))
 """V1: GRPO's step time and peak memory lower than PPO's, each by more than 5% (timing jitter, allocator rounding)"""
 V2_DAPO = stats.NotWorse("held-out accuracy (T = 1), VAPO - DAPO")
-V2_GRPO = stats.Greater("held-out accuracy (T = 1), VAPO - GRPO")
+V2_GRPO = stats.Greater("held-out accuracy (T = 1), VAPO - GRPO", "accuracy")
 V2_RULE = stats.AllOf(parts=(V2_DAPO, V2_GRPO))
 """V2: VAPO not worse than DAPO and better than GRPO, paired by seed"""
 RULES = {"V1": V1_RULE, "V2": V2_RULE}

@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping, Optional
 import yaml
 
 from .. import jsonio, paths
-from . import beyond, dapo, dr_grpo, gfpo, grpo, gspo, gspo_moe, ppo_vapo, ratio_decay, stats
+from . import beyond, dapo, dr_grpo, gfpo, grpo, gspo, gspo_moe, history, ppo_vapo, ratio_decay, stats
 from .verdicts import INCONCLUSIVE, NOT, NOT_RUN, NOT_TESTED, PARTLY, REPRODUCED  # noqa: F401  (the words, re-exported)
 
 CLAIMS_FILE = Path(__file__).with_name("claims.yaml")
@@ -117,9 +117,12 @@ def record(claim_id: str, evidence: dict, runs: list[str], profile: str, root: P
     v = stats.for_profile(judge(claim_id, evidence), profile)
     claim = CLAIMS[claim_id]
     numbers = {k: x for k, x in v.to_dict().items() if k not in ("word", "text", "criterion")}
-    rec = {"id": claim_id, "verdict": v.word, "ours": v.text, "paper": claim.paper_number,
+    changes = history.of(claim_id)
+    ours = f"{v.text}. {history.sentence(changes)}" if changes else v.text
+    rec = {"id": claim_id, "verdict": v.word, "ours": ours, "paper": claim.paper_number,
            "paper_name": f"{claim.paper} {claim.section}", "claim": claim.claim,
-           "criterion": v.criterion, "notebook": claim.notebook, "runs": [_relative(r, root) for r in runs],
+           "criterion": v.criterion, "criterion_history": changes, "notebook": claim.notebook,
+           "runs": [_relative(r, root) for r in runs],
            "evidence": evidence, **({"judgement": numbers} if numbers else {}), "profile": profile,
            "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     out = paths.claims_dir(profile, root) / f"{claim_id}.json"
@@ -148,6 +151,7 @@ def collect(profile: str = "full", root: Path | str | None = None) -> list[dict]
         rec = json.loads(f.read_text()) if f.exists() else {
             "id": cid, "verdict": NOT_RUN, "ours": "", "paper": claim.paper_number,
             "criterion": claim.criterion, "notebook": claim.notebook, "runs": []}
+        rec["criterion_history"] = history.of(cid)  # the one source, also for records written before it existed
         rows.append({**rec, "paper_name": f"{claim.paper} {claim.section}", "claim": claim.claim})
     return rows
 

@@ -6,15 +6,16 @@ The words, one vocabulary for every claim:
 - reproduced      every part holds (a comparison: its 95% interval excludes the decision line on the claimed side);
 - partly          a claim of several parts, at least one reproduced and one not; the text names which. Never
                   the word of a single comparison;
-- inconclusive    a comparison whose interval spans its line; the text gives the paired sd, the smallest
-                  difference this n detects (80% power, two-sided 5%, `intervals.detectable`) and the seeds needed
-                  for the paper's effect (where the rule has one) or the observed mean (`intervals.seeds_needed`);
-- not reproduced  the interval excludes the claimed side, or a premise the paper asserts failed (named);
+- inconclusive    a comparison whose interval spans its line and is not equivalent (`equivalence`): the text
+                  gives the paired sd with its degrees of freedom and the seeds of DESIGN's precision rule;
+- not reproduced  the interval excludes the claimed side; or its 90% interval lies within +-delta of the line
+                  (equivalent); or a premise the paper asserts failed (named);
 - not tested      a conditional claim whose condition did not occur (the measured condition printed);
 - smoke: no verdict, on smoke runs (`for_profile`); not yet run, a claim whose runs do not exist.
 Rules: `Greater` ("A > B", paired by seed; `growth` its one-sample form), `NotWorse` (non-inferiority, margin 0.03),
 `Slope` (a least-squares slope), `EverySeed` (a per-seed interval above 0 in
-every seed), `AtLeast` (a plain condition), `AllOf` (parts, premises and conditions).
+every seed), `AtLeast` (a plain condition), `AllOf` (typed parts: empirical parts, guards, checks, premises and
+conditions).
 A training rule never says "reproduced" from fewer than `min_seeds` (3) seeds: it says inconclusive, and why.
 """
 from __future__ import annotations
@@ -23,8 +24,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
-from .intervals import (LEVEL, POWER, Fit, Interval, detectable, finite, fit_line, mean_interval,  # noqa: F401
-                        paired, seeds_needed, t_quantile)
+from .equivalence import DELTA, MEASURES, Null, classify_null, delta_for, seeds_for_precision  # noqa: F401
+from .intervals import LEVEL, Fit, Interval, finite, fit_line, mean_interval, paired, t_quantile  # noqa: F401
 from .verdicts import (INCONCLUSIVE, NOT, NOT_RUN, NOT_TESTED, PARTLY, REPRODUCED, SMOKE, TOL, WORDS,  # noqa: F401
                        Verdict, _f, describe, seed_mean)
 
@@ -34,40 +35,27 @@ NI_MARGIN = 0.03
 """non-inferiority margin: 3 points of accuracy / 0.03 reward"""
 TOL = 1e-9
 """float slack on thresholds (0.35 - 0.30 counts as a 5-point rise) and on signs (|mean| < TOL is 0, not > 0)"""
-POWER_METHOD = "t-quantile approximation"
-"""how `detectable` / `seeds_needed` compute power (named in every inconclusive verdict)"""
 
 
-def power_note(iv: Interval, line: float, fmt: str, paper_effect: Optional[float] = None) -> str:
-    """Why an interval that spans its line cannot tell: the paired sd, the smallest difference this n detects
-    (80% power, two-sided 5%), and the seeds needed for the paper's effect (if given) or the observed mean,
-    each measured from the decision line `line`."""
-    if iv.sd is None:
-        return f"one seed ({iv.n}): no interval, no power"
-    dmin = detectable(iv.sd, iv.n)
-    effect, whose = (paper_effect, "the paper's effect") if paper_effect is not None else (iv.mean, "the observed mean")
-    n_need = seeds_needed(iv.sd, effect - line)
-    need = (f"{n_need} seeds would detect {whose} {format(effect, fmt)}" if n_need is not None and effect > line - TOL
-            else f"no number of seeds would detect {whose} {format(effect, fmt)}: it is not beyond the line")
-    return (f"paired sd {format(iv.sd, fmt.lstrip('+'))}; n={iv.n} detects a difference of "
-            f"{format(dmin, fmt.lstrip('+'))} from the line {format(line, fmt)} (80% power, two-sided 5%, "
-            f"{POWER_METHOD}); {need}")
-
-
-def compare(iv: Interval, line: float, what: str, fmt: str, *, at_least: Optional[float] = None,
-            paper_effect: Optional[float] = None, min_seeds: int = MIN_SEEDS) -> tuple[str, str]:
-    """(word, text) of one comparison 'mean > line' (and mean >= at_least): reproduced when the interval's lower
-    end is above the line (and the mean reaches `at_least`); not reproduced when its upper end is below the line
-    (or below `at_least`: the interval excludes the claimed size); inconclusive otherwise, with `power_note`."""
+def compare(iv: Interval, line: float, what: str, fmt: str, delta: float, *, at_least: Optional[float] = None,
+            min_seeds: int = MIN_SEEDS) -> tuple[str, str, Optional[Null]]:
+    """(word, text, null) of one comparison 'mean > line' (and mean >= at_least): reproduced when the 95% interval's
+    lower end is above the line (and the mean reaches `at_least`); not reproduced when its upper end is below the line
+    (or below `at_least`: the interval excludes the claimed size); otherwise `equivalence.classify_null` decides:
+    not reproduced when the 90% interval lies within line +- delta (equivalent), else inconclusive with the paired
+    sd, its degrees of freedom and the seeds of DESIGN's precision rule."""
     text = describe(iv, what, fmt)
     size = line if at_least is None else max(line, at_least)
     if iv.lo is not None and iv.lo > line + TOL and iv.mean >= size - TOL:
         if iv.n >= min_seeds:
-            return REPRODUCED, text
-        return INCONCLUSIVE, f"{text}; only {iv.n} seeds (< {min_seeds}): not enough to say reproduced"
+            return REPRODUCED, text, None
+        return INCONCLUSIVE, f"{text}; only {iv.n} seeds (< {min_seeds}): not enough to say reproduced", None
     if iv.hi is not None and iv.hi < size - TOL:
-        return NOT, text
-    return INCONCLUSIVE, f"{text}; inconclusive: {power_note(iv, size, fmt, paper_effect)}"
+        return NOT, text, None
+    null = classify_null(iv, line, delta)
+    if null is None:
+        return INCONCLUSIVE, f"{text}; one seed ({iv.n}): no interval, no decision", None
+    return (NOT if null.equivalent else INCONCLUSIVE), f"{text}; {null.text(fmt)}", null
 
 
 def _seeds_clause(min_seeds: int) -> str:
@@ -100,13 +88,26 @@ class Greater:
 
     what: str
     """the judged quantity, e.g. 'held-out accuracy, GRPO - base'"""
+    measure: str
+    """its key in `equivalence.DELTA` (or "entropy"): the smallest effect of interest that decides a null"""
     at_least: float = 0.0
     """reproduced also needs mean >= at_least (G1: 0.05 = 5 points; F1: ELR 0.46)"""
     paired: bool = True
     min_seeds: int = MIN_SEEDS
     fmt: str = "+.3f"
-    paper_effect: Optional[float] = None
-    """the paper's own size of the difference, for the seeds an inconclusive verdict would need (None: the mean)"""
+    delta: Optional[float] = None
+    """delta when it is not the table's (entropy: 10% of the base model's; set by `with_delta`)"""
+
+    def __post_init__(self):
+        if self.delta is None:
+            delta_for(self.measure, base_entropy=1.0)  # an unknown measure fails at definition
+
+    def with_delta(self, delta: float) -> "Greater":
+        return replace(self, delta=delta)
+
+    @property
+    def _delta(self) -> float:
+        return self.delta if self.delta is not None else delta_for(self.measure)
 
     @property
     def criterion(self) -> str:
@@ -114,17 +115,18 @@ class Greater:
         need = f" and the mean >= {format(self.at_least, self.fmt)}" if self.at_least > 0 else ""
         line = format(self.at_least, self.fmt) if self.at_least > 0 else "0"
         return (f"{self.what} > 0: mean of {d}, {round(100 * LEVEL)}% t-interval (n-1 df); reproduced when "
-                f"the interval's lower end > 0{need}; not reproduced when its upper end < {line}; otherwise "
-                "inconclusive" + _seeds_clause(self.min_seeds))
+                f"the interval's lower end > 0{need}; not reproduced when its upper end < {line}, or when the 90% "
+                f"interval lies within 0 +- {_delta_text(self)} (equivalent); otherwise inconclusive"
+                + _seeds_clause(self.min_seeds))
 
     def judge(self, a: Sequence[float], b: Optional[Sequence[float]] = None) -> Verdict:
         missing = _missing(self, a, *([] if b is None else [b]))
         if missing:
             return missing
         iv = paired(a, b) if self.paired else mean_interval(a)
-        word, text = compare(iv, 0.0, self.what, self.fmt, at_least=self.at_least or None,
-                             paper_effect=self.paper_effect, min_seeds=self.min_seeds)
-        return Verdict(word, text, self.criterion, iv)
+        word, text, null = compare(iv, 0.0, self.what, self.fmt, self._delta, at_least=self.at_least or None,
+                                   min_seeds=self.min_seeds)
+        return Verdict(word, text, self.criterion, iv, null=null)
 
 
 def growth(what: str, **kw) -> Greater:
@@ -138,24 +140,42 @@ class NotWorse:
 
     what: str
     """the judged difference, e.g. 'held-out accuracy, GSPO - GRPO'"""
+    measure: str = "accuracy"
+    """its key in `equivalence.DELTA`; non-inferiority is DESIGN's accuracy rule, so accuracy unless named"""
     margin: float = NI_MARGIN
     min_seeds: int = MIN_SEEDS
     fmt: str = "+.3f"
 
     @property
+    def _delta(self) -> float:
+        return delta_for(self.measure)
+
+    @property
     def criterion(self) -> str:
         return (f"{self.what} not worse than -{self.margin:g}: mean of A_s - B_s, paired by seed, "
                 f"{round(100 * LEVEL)}% t-interval (n-1 df); reproduced when the interval's lower end >= "
-                f"-{self.margin:g}; not reproduced when its upper end < -{self.margin:g}; otherwise inconclusive"
-                + _seeds_clause(self.min_seeds))
+                f"-{self.margin:g}; not reproduced when its upper end < -{self.margin:g}, or when the 90% interval "
+                f"lies within -{self.margin:g} +- {self._delta:g} (equivalent: the difference sits at the margin); "
+                "otherwise inconclusive" + _seeds_clause(self.min_seeds))
 
     def judge(self, a: Sequence[float], b: Sequence[float]) -> Verdict:
         missing = _missing(self, a, b)
         if missing:
             return missing
         iv = paired(a, b)
-        word, text = compare(iv, -self.margin - 2 * TOL, self.what, self.fmt, min_seeds=self.min_seeds)
-        return Verdict(word, text, self.criterion, iv)
+        word, text, null = compare(iv, -self.margin - 2 * TOL, self.what, self.fmt, self._delta,
+                                   min_seeds=self.min_seeds)
+        return Verdict(word, text, self.criterion, iv, null=null)
+
+
+def _delta_text(rule) -> str:
+    if rule.delta is not None:
+        return format(rule.delta, rule.fmt.lstrip("+")) + (" (10% of the base model's entropy)"
+                                                           if rule.measure == "entropy" else "")
+    if rule.measure == "entropy":
+        return "delta (10% of the base model's mean per-token entropy on held-out prompts)"
+    return format(delta_for(rule.measure), rule.fmt.lstrip("+").replace("%", "f") if "%" not in rule.fmt
+                  else rule.fmt.lstrip("+"))
 
 
 @dataclass(frozen=True)
@@ -267,52 +287,78 @@ def _name(rule, v: Verdict) -> str:
 
 @dataclass(frozen=True)
 class AllOf:
-    """A claim built of parts, resting on premises (a failed one: not reproduced) and, for a conditional claim, on
-    conditions (one that did not occur: not tested, the measured condition printed)."""
+    """A claim built of typed parts (DESIGN.md, "Verdict words"):
+    - `parts`: empirical parts, whose outcome could have gone either way; they alone decide reproduced / partly /
+      not reproduced / inconclusive ("partly" needs one reproduced and one not, so never from a single part);
+    - `guards`: empirical side conditions of the claim (e.g. accuracy not worse while entropy is kept up): one
+      that does not hold denies "reproduced" (partly, named), but a guard never earns "partly" on its own;
+    - `checks`: what holds by construction (an identity, a filter doing what it is coded to do): printed as
+      "checks passed", never a reproduced part; a failed check is a bug and the claim is not reproduced;
+    - `premises`: what the paper asserts and the claim presumes (a failed one: not reproduced, named);
+    - `conditions`: the situation a conditional claim is about, or a premise at our scale (e.g. a load-balanced
+      MoE): one that did not occur makes the claim "not tested", the measured condition printed."""
 
     parts: tuple
-    """rules (Greater, NotWorse, Slope, AtLeast) whose verdicts are combined, in this order"""
+    checks: tuple = ()
+    guards: tuple = ()
     premises: tuple = ()
-    """rules for what the paper asserts and the claim presumes (e.g. GRPO lengthens answers)"""
     conditions: tuple = ()
-    """AtLeast rules for the situation a conditional claim is about (e.g. routing that changes)"""
 
     @property
     def criterion(self) -> str:
-        pre = "".join(f"premise: {p.criterion} (else not reproduced); " for p in self.premises)
         cond = "".join(f"condition: {c.criterion} (else not tested); " for c in self.conditions)
-        return (cond + pre + " AND ".join(f"[{p.criterion}]" for p in self.parts)
-                + "; combined: reproduced when every part is; partly when at least one part is reproduced and one "
-                "is not (named); else not reproduced if a part is, otherwise inconclusive")
+        pre = "".join(f"premise: {p.criterion} (else not reproduced); " for p in self.premises)
+        body = " AND ".join(f"[{p.criterion}]" for p in self.parts)
+        guards = "".join(f"; guard (denies reproduced, never earns partly): [{g.criterion}]" for g in self.guards)
+        checks = "".join(f"; check (holds by construction, not a part): [{c.criterion}]" for c in self.checks)
+        combine = ("; combined: reproduced when every part and guard holds; partly when at least one part is "
+                   "reproduced and one part or guard is not (named); else not reproduced if a part is, otherwise "
+                   "inconclusive" if len(self.parts) + len(self.guards) > 1 else "")
+        return cond + pre + body + guards + checks + combine
 
-    def _word(self, parts: Sequence[Verdict]) -> tuple[str, str]:
+    def _word(self, parts: Sequence[Verdict], guards: Sequence[Verdict]) -> tuple[str, str]:
         words = [p.word for p in parts]
-        if all(w == REPRODUCED for w in words):
+        if all(w == REPRODUCED for w in words) and all(g.word == REPRODUCED for g in guards):
             return REPRODUCED, ""
         if any(w in (REPRODUCED, PARTLY) for w in words):
-            held = [_name(r, v) for r, v in zip(self.parts, parts) if v.word == REPRODUCED]
-            not_held = [f"{_name(r, v)} ({v.word})" for r, v in zip(self.parts, parts) if v.word != REPRODUCED]
+            pairs = list(zip(self.parts, parts)) + list(zip(self.guards, guards))
+            held = [_name(r, v) for r, v in pairs if v.word == REPRODUCED]
+            not_held = [f"{_name(r, v)} ({v.word})" for r, v in pairs if v.word != REPRODUCED]
             return PARTLY, f"holds: {'; '.join(held) or 'none in full'} — does not: {'; '.join(not_held)}. "
         return (NOT if NOT in words else INCONCLUSIVE), ""
 
-    def judge(self, parts: Sequence[Verdict], premises: Sequence[Verdict] = (),
-              conditions: Sequence[Verdict] = ()) -> Verdict:
-        if (len(parts), len(premises), len(conditions)) != (len(self.parts), len(self.premises), len(self.conditions)):
-            raise ValueError(f"AllOf: expected {len(self.parts)} parts, {len(self.premises)} premises and "
-                             f"{len(self.conditions)} conditions, got {len(parts)}, {len(premises)}, {len(conditions)}")
-        word, named = self._word(parts)
-        text = named + "; ".join(p.text for p in parts)
+    def judge(self, parts: Sequence[Verdict], premises: Sequence[Verdict] = (), conditions: Sequence[Verdict] = (),
+              *, checks: Sequence[Verdict] = (), guards: Sequence[Verdict] = ()) -> Verdict:
+        got = (len(parts), len(checks), len(guards), len(premises), len(conditions))
+        want = (len(self.parts), len(self.checks), len(self.guards), len(self.premises), len(self.conditions))
+        if got != want:
+            raise ValueError(f"AllOf: expected (parts, checks, guards, premises, conditions) = {want}, got {got}")
+        word, named = self._word(parts, guards)
+        text = named + "; ".join(p.text for p in (*parts, *guards))
+        broken = tuple(c.text for c in checks if c.word != REPRODUCED)
+        if checks:
+            text += ("; checks passed: " if not broken else "; CHECK FAILED: ") + "; ".join(
+                broken or [c.text for c in checks])
         unmet = tuple(c.text for c in conditions if c.word != REPRODUCED)
         failed = tuple(p.text for p in premises if p.word == NOT)
         unsure = tuple(p.text for p in premises if p.word not in (REPRODUCED, NOT))
+        shown = "".join(f"{'condition' if c in conditions else 'premise'} held: {c.text}; "
+                        for c in (*conditions, *premises) if c.word == REPRODUCED)
         if unmet:
             word, text = NOT_TESTED, "not tested: condition not met: " + "; ".join(unmet) + " — " + text
         elif failed:
             word, text = NOT, "premise failed: " + "; ".join(failed) + " — " + text
+        elif broken:
+            word = NOT
         elif unsure and word != NOT:
             word, text = INCONCLUSIVE, "premise inconclusive: " + "; ".join(unsure) + " — " + text
-        return Verdict(word, text, self.criterion, parts=tuple(parts) + tuple(premises) + tuple(conditions),
-                       failed=failed + unmet)
+        else:
+            text = shown + text
+        return Verdict(word, text, self.criterion,
+                       parts=tuple(parts) + tuple(guards) + tuple(checks) + tuple(premises) + tuple(conditions),
+                       failed=failed + unmet + broken,
+                       roles=("part",) * len(parts) + ("guard",) * len(guards) + ("check",) * len(checks)
+                       + ("premise",) * len(premises) + ("condition",) * len(conditions))
 
 
 def no_verdict(v: Verdict) -> Verdict:
@@ -323,8 +369,3 @@ def no_verdict(v: Verdict) -> Verdict:
 def for_profile(v: Verdict, profile: str) -> Verdict:
     """The verdict to print and record under `profile`: smoke runs never carry a verdict word."""
     return no_verdict(v) if profile == "smoke" else v
-
-
-def criterion_changed(v: Verdict, still_needs: str) -> Verdict:
-    """`v` with the note that its criterion changed after its data were seen, and what the new one still needs."""
-    return v.with_note(f"the criterion changed after these data were seen; {still_needs}")

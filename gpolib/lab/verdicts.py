@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from .intervals import Fit, Interval
+
+if TYPE_CHECKING:
+    from .equivalence import Null
 
 REPRODUCED, PARTLY, NOT, NOT_RUN = "reproduced", "partly", "not reproduced", "not yet run"
 INCONCLUSIVE, NOT_TESTED = "inconclusive", "not tested"
@@ -52,7 +55,11 @@ class Verdict:
     parts: tuple["Verdict", ...] = ()
     """the halves a combined verdict was built from"""
     failed: tuple[str, ...] = ()
-    """premises that did not hold"""
+    """premises, conditions or checks that did not hold"""
+    null: Optional["Null"] = None
+    """how a comparison whose 95% interval spans its line was decided (`equivalence.classify_null`)"""
+    roles: tuple[str, ...] = ()
+    """the role of each of `parts` (part, guard, check, premise, condition; `stats.AllOf`)"""
 
     def with_note(self, note: str) -> "Verdict":
         """The same verdict with `note` appended to its text (numbers reported beside the judged ones)."""
@@ -80,8 +87,13 @@ class Verdict:
             out.update(slope=f.slope, intercept=f.intercept, slope_se=f.se, interval=[f.lo, f.hi], r2=f.r2, k=f.k)
             if f.lo is None:
                 out.update(slope_se_why="fewer than 3 points", interval_why="fewer than 3 points: no interval")
+        if self.null is not None:
+            n = self.null
+            out["equivalence"] = {"delta": n.delta, "line": n.line, "interval90": [n.lo90, n.hi90],
+                                  "equivalent": n.equivalent, "sd": n.sd, "df": n.df, "precision_seeds": n.seeds}
         if self.parts:
-            out["parts"] = [p.to_dict() for p in self.parts]
+            out["parts"] = [{**p.to_dict(), **({"role": r} if r else {})}
+                            for p, r in zip(self.parts, self.roles or ("",) * len(self.parts))]
         if self.failed:
             out["failed_premises"] = list(self.failed)
         return out

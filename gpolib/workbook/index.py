@@ -41,6 +41,8 @@ h1 { margin-bottom: 0.2rem; } .meta { color: #666; margin-top: 0; } h2 { margin:
 .board .head, .board summary { display: grid; gap: 0.6rem; padding: 0.28rem 0.5rem;
   grid-template-columns: 3rem minmax(0, 3fr) minmax(0, 2.2fr) minmax(0, 4.2fr) 8.4rem; }
 .board .head { font-weight: 600; background: #f3f3f3; }
+.board .history { font-size: 0.78rem; color: #6b4e00; background: #fff8e6; padding: 0.2rem 0.5rem 0.2rem 3rem; }
+.board .history ul { margin: 0.1rem 0; padding-left: 1.1rem; }
 .board details { border-bottom: 1px solid #eee; } .board details[open] { background: #fcfcfc; }
 .board summary { cursor: pointer; list-style: none; } .board summary::-webkit-details-marker { display: none; }
 .board summary > span { white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
@@ -102,8 +104,19 @@ def board_html(claims: list, anchors: dict) -> str:
                 f"<p>{_computed_in(c, anchors.get(c.get('id')))}"
                 f" · {len(c.get('runs', []))} runs</p>")
         rows.append(f'<details class="claim" id="claim-{escape(str(c.get("id", "")), quote=True)}">'
-                    f'<summary>{summary}</summary><div class="more">{more}</div></details>')
+                    f'<summary>{summary}</summary><div class="more">{more}</div></details>'
+                    + history_html(c.get("criterion_history") or []))
     return f'<div class="board"><div class="head">{head}</div>{"".join(rows)}</div>'
+
+
+def history_html(entries: list) -> str:
+    """Under a claim's row: each earlier criterion, when and by which commit it was replaced, the verdict it gave and
+    why ('' when the criterion never changed after its data were seen)."""
+    if not entries:
+        return ""
+    items = "".join(f"<li>until {escape(e['until'])} ({escape(e['commit'])}): {escape(e['criterion'])} — gave "
+                    f"<i>{escape(e['verdict'])}</i>; changed because {escape(e['why'])}</li>" for e in entries)
+    return f'<div class="history"><b>criterion changed after its data were seen</b><ul>{items}</ul></div>'
 
 
 def phenomena_html(claims: list, images: dict) -> str:
