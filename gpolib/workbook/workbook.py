@@ -101,6 +101,10 @@ def notebook_defaults(path: Path) -> dict[str, Any]:
     return defaults
 
 
+PRECISION = "precision"
+"""the section of a params file that records the precision rule's seeds (gpolib.lab.precision), not parameters"""
+
+
 def load_params_file(path: Path) -> dict[str, dict[str, Any]]:
     """Section name ("common" or "NN") -> mapping; empty sections become {}."""
     raw = yaml.safe_load(path.read_text()) or {}
@@ -149,7 +153,7 @@ def plan(profile: str, only: list[str] | None, notebooks_dir: Path) -> list[Job]
     file = Path(notebooks_dir) / "params" / f"{profile}.yaml"
     sections, notebooks = load_params_file(file), list_notebooks(notebooks_dir)
     for name, section in sections.items():
-        if name != "common" and name not in notebooks and section:
+        if name not in ("common", PRECISION) and name not in notebooks and section:
             raise WorkbookError(f"{file.name}: section {name!r} matches no notebook NN_*.ipynb")
     unknown = sorted(set(only or []) - set(notebooks))
     if unknown:
