@@ -41,7 +41,8 @@ h1 { margin-bottom: 0.2rem; } .meta { color: #666; margin-top: 0; } h2 { margin:
 .board .head, .board summary { display: grid; gap: 0.6rem; padding: 0.28rem 0.5rem;
   grid-template-columns: 3rem minmax(0, 3fr) minmax(0, 2.2fr) minmax(0, 4.2fr) 8.4rem; }
 .board .head { font-weight: 600; background: #f3f3f3; }
-.board .history { font-size: 0.78rem; color: #6b4e00; background: #fff8e6; padding: 0.2rem 0.5rem 0.2rem 3rem; }
+.board details.history { font-size: 0.78rem; color: #6b4e00; background: #fff8e6; padding: 0.1rem 0.5rem 0.1rem 3rem;
+  border-bottom: none; } .board details.history summary { display: block; cursor: pointer; padding: 0; }
 .board .history ul { margin: 0.1rem 0; padding-left: 1.1rem; }
 .board details { border-bottom: 1px solid #eee; } .board details[open] { background: #fcfcfc; }
 .board summary { cursor: pointer; list-style: none; } .board summary::-webkit-details-marker { display: none; }
@@ -116,7 +117,9 @@ def history_html(entries: list) -> str:
         return ""
     items = "".join(f"<li>until {escape(e['until'])} ({escape(e['commit'])}): {escape(e['criterion'])} — gave "
                     f"<i>{escape(e['verdict'])}</i>; changed because {escape(e['why'])}</li>" for e in entries)
-    return f'<div class="history"><b>criterion changed after its data were seen</b><ul>{items}</ul></div>'
+    gave = "; ".join(f"{escape(e['until'])}: {escape(e['verdict'].split(':')[0])}" for e in entries)
+    return (f'<details class="history"><summary>criterion changed after its data were seen, {len(entries)}x '
+            f'(earlier verdicts {gave})</summary><ul>{items}</ul></details>')
 
 
 def phenomena_html(claims: list, images: dict) -> str:
