@@ -82,3 +82,25 @@ def test_evidence_and_the_d2_verdict_from_a_panel_table():
     assert v.word == dapo.stats.REPRODUCED  # rises 0.10, 0.06, 0.12: the interval is above 0; no dirty step
     assert "panel at steps [0, 50, 100]: all-correct share 0.100 -> 0.193" in v.text
     assert "predicted from per-prompt accuracy (mean p^8) 0.040" in v.text
+
+
+def test_batch_evidence_reads_the_panel_runs(tmp_path):
+    """D2's training-batch share comes from the runs of the panel table (notebook 01's), first and last 20% of steps:
+    10 steps -> steps 0-1 and 8-9."""
+    assert panel.batch_evidence(tmp_path) == {}  # no panel table: D2 is not yet run
+    panel.write_table(pd.DataFrame({"run": ["grpo/seed0", "grpo/seed1"], "seed": [0, 1], "step": [0, 0],
+                                    "all_correct": [0.1, 0.1], "all_wrong": [0.1, 0.1], "acc": [0.5, 0.5],
+                                    "predicted": [0.1, 0.1]}), tmp_path)
+    for s in (0, 1):
+        run = tmp_path / f"grpo-seed{s}-abc"
+        run.mkdir()
+        rows = [{"step": t, "groups/all_correct": 0.1 * s + 0.01 * t} for t in range(10)]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = panel.batch_evidence(tmp_path)
+    assert got["all_correct_first"] == pytest.approx([0.005, 0.105])  # mean of t = 0, 1
+    assert got["all_correct_last"] == pytest.approx([0.085, 0.185])  # mean of t = 8, 9
+    assert [p.rsplit("/", 1)[-1] for p in got["batch_runs"]] == ["grpo-seed0-abc", "grpo-seed1-abc"]
+    (tmp_path / "grpo-seed1-def").mkdir()
+    (tmp_path / "grpo-seed1-def" / "metrics.jsonl").write_text("")
+    with pytest.raises(FileNotFoundError, match="expected one grpo-seed1-"):
+        panel.batch_evidence(tmp_path)

@@ -181,12 +181,16 @@ BATCH_FRAC = 0.2
 """the training-batch share is compared over the first and last 20% of steps (DESIGN, D2)"""
 
 
-def batch_evidence(notebook_dir: Path, seeds, arm: str = "grpo", frac: float = BATCH_FRAC) -> dict:
-    """D2's training-batch all-correct share from the runs the criterion names (notebook 01's GRPO runs, one folder
-    `<arm>-seed<s>-<key>` per seed in `notebook_dir`): per seed the mean over the first and last `frac` of steps,
-    and the run folders (D2's runs list)."""
+def batch_evidence(notebook_dir: Path, arm: str = "grpo", frac: float = BATCH_FRAC) -> dict:
+    """D2's training-batch all-correct share from the runs the criterion names: the runs of the panel table in
+    `notebook_dir` (notebook 01's GRPO runs, one folder `<arm>-seed<s>-<key>` per seed of the table). Per seed the
+    mean over the first and last `frac` of steps, and the run folders (D2's runs list); {} without a panel table
+    (D2 is then not yet run)."""
+    table = read_table(notebook_dir)
+    if table is None:
+        return {}
     first, last, folders = [], [], []
-    for s in seeds:
+    for s in sorted(table["seed"].unique()):
         found = sorted(Path(notebook_dir).glob(f"{arm}-seed{s}-*/metrics.jsonl"))
         if len(found) != 1:
             raise FileNotFoundError(f"{notebook_dir}: expected one {arm}-seed{s}-* run with metrics.jsonl, "
