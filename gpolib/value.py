@@ -21,8 +21,8 @@ import copy
 
 import torch
 
+from .gae import decoupled_gae, length_adaptive_lambda, terminal_rewards
 from .logprobs import position_ids
-from .objectives import decoupled_gae, length_adaptive_lambda, terminal_rewards
 
 ADAPTER = "value"
 FUSED_FIRST_PASS = True

@@ -14,7 +14,7 @@ from gpolib import moe
 from gpolib.config import LossConfig
 from gpolib.logprobs import completion_logps, justified_layout, packed_layout
 from gpolib.models import EMBEDDED, load_policy
-from gpolib.objectives import policy_loss
+from gpolib.objectives import Clip, policy_loss
 
 TEMPERATURE = 0.7
 RTOL = 1e-6
@@ -62,7 +62,7 @@ def _loss_and_grads(model, batch, layout: str, chunk_rows: int) -> tuple:
     mask = batch[3].to(lp.dtype)
     old = lp.detach() - 0.1 * torch.linspace(-1, 1, lp.shape[1], dtype=lp.dtype)[None] * mask  # ratios != 1: clipping active
     adv = torch.tensor([1.0, -0.5, 0.3, -1.2, 0.8], dtype=lp.dtype)
-    cfg = LossConfig(ratio_level="token", eps_low=0.2, eps_high=0.28, aggregation="seq_mean_token_mean")
+    cfg = LossConfig(ratio_level="token", surrogate=Clip(eps_low=0.2, eps_high=0.28), aggregation="seq_mean_token_mean")
     loss, _ = policy_loss(lp, old, adv, mask, cfg)
     loss.backward()
     grads = torch.cat([p.grad.flatten() for n, p in model.named_parameters() if p.requires_grad])

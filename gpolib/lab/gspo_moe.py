@@ -169,8 +169,9 @@ def engine_mismatch(trainer) -> dict:
     eng, mask = ro.sample_logps.double(), ro.completion_mask.double()  # (B, T)
     out = mismatch_stats(eng, lp, mask)
     out["token"] = token_mismatch(eng, lp, mask)  # (n_tokens,)
+    clip = trainer.cfg.loss.surrogate  # GSPO's clip of the sequence ratio
     out["sequence"] = sequence_mismatch(eng, lp, mask)  # (B,)
-    out["seq_clipped"] = clipped_by_mismatch(out["sequence"], trainer.cfg.loss.eps_low, trainer.cfg.loss.eps_high)
+    out["seq_clipped"] = clipped_by_mismatch(out["sequence"], clip.eps_low, clip.eps_high)
     return out
 
 
