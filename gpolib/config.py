@@ -1,8 +1,8 @@
 """Configuration dataclasses, validated on construction.
 
-`LossConfig` holds the three axes of the GRPO-family objective (ratio level, surrogate, aggregation)
-plus the KL weight and the mismatch correction; `TrainConfig` everything the rollout/train loop needs. Both are built with keywords
-only. A bad value raises `ValueError` naming the field and the allowed values, before any compute
+`LossConfig` holds the three axes of the GRPO-family objective (ratio level, surrogate, aggregation) plus the
+KL weight and the mismatch correction; `TrainConfig` everything the rollout/train loop needs. Both are built with
+keywords only. A bad value raises `ValueError` naming the field and the allowed values, before any compute
 (the checks and the allowed values are in `gpolib.validation`).
 A derived value is never stored where it could disagree with its source: DAPO's L_cache may be a share
 of the budget (`overlong_cache_len`), and `replace` keeps Dr. GRPO's `loss.max_len` = `max_new_tokens`.
@@ -60,7 +60,8 @@ class TrainConfig:
     value_clip: Optional[float] = None
     """range of the clipped value loss (PPO reference code: 0.2); None: plain squared error."""
     positive_lm_weight: float = 0.0
-    """mu: weight of VAPO's positive-example LM loss (NLL of correct responses) added to the policy loss."""
+    """weight of VAPO's positive-example LM loss (NLL of the correct responses) added to the policy loss (VAPO
+    Sec. 5.2 calls it mu, 0.1; not this config's `mu`)."""
     group_size: int = 8
     """G: responses sampled per prompt."""
     prompts_per_step: int = 16
@@ -68,7 +69,9 @@ class TrainConfig:
     steps: int = 100
     """RL steps (one rollout batch each)."""
     mu: int = 1
-    """policy updates per rollout batch: the batch is split into mu minibatches, one optimiser step each."""
+    """minibatch updates per rollout batch: the batch is split into mu disjoint minibatches, one optimiser step each
+    (TRL's steps_per_generation with num_iterations = 1; not DeepSeekMath's mu, the number of passes over the whole
+    batch, TRL's num_iterations). mu > 1 makes the later minibatches off-policy (pi_theta != pi_old)."""
     micro_batch_rows: int = 16
     """rows per forward/backward pass; gradients accumulate over micro-batches exactly, so memory is bounded by one
     and the result does not depend on it (not part of the run's identity, NOT_IDENTITY). Rows are sorted by

@@ -99,8 +99,8 @@ def _vapo(base: TrainConfig) -> TrainConfig:
     #   Decoupled-GAE (Sec. 3): lambda_critic = 1.0 for the value target;
     #   Length-Adaptive GAE (Sec. 4.1): lambda_policy = 1 - 1 / (alpha |y|), alpha = 0.05;
     #   Token-Level Policy Gradient Loss (Sec. 4.2; DAPO Sec. 3.3); Clip-Higher 0.2 / 0.28 (Sec. 5.1; DAPO Sec. 3.1);
-    #   Positive Example LM Loss (Sec. 5.2), mu = 0.1; Group-Sampling (Sec. 5.3): several responses per prompt,
-    #   here the shared G = 8 (VAPO: 16), so that all arms generate equal samples;
+    #   Positive Example LM Loss (Sec. 5.2), weighted 0.1 (VAPO's mu); Group-Sampling (Sec. 5.3): several responses
+    #   per prompt, here the shared G = 8 (VAPO: 16), so that all arms generate equal samples;
     #   critic learning rate 2x the actor's (Sec. 6.1: 2e-6 vs 1e-6); gamma = 1 (one terminal reward).
     return base.replace(name="vapo", advantage_estimator="gae", gamma=1.0, lambda_critic=1.0, lambda_alpha=0.05,
                         value_pretrain_steps=50, value_lr_scale=2.0, positive_lm_weight=0.1,

@@ -80,7 +80,7 @@ COLLAPSE = 0.05
 def layer_means(metrics: list) -> list:
     """Per layer, the run-mean of `moe/expert_change/l{i}`: the share of the rollout's activated (token, slot)
     experts that the policy routes elsewhere than pi_old after each optimiser step (mean over a step's mu
-    updates, `update._routing_moved`), over the steps that logged it. [] for a run that logged none."""
+    updates, `moe.ExpertChange`), over the steps that logged it. [] for a run that logged none."""
     n = len({k for r in metrics for k in r if k.startswith("moe/expert_change/l")})
     return [mean_over(metrics, f"moe/expert_change/l{i}") for i in range(n)]
 
