@@ -178,7 +178,7 @@ class ExpertChange:
     `before` takes pi_old's routing: Routing Replay's record, or one routing pass of its own, whose log-probs are
     pi_old's (the update then needs no other pass before its first step); `after_step` routes the rollout again.
     Replay's record (one padded pass) and a routing pass route a token alike but for near-ties, the floor of the
-    measure under replay (2.5e-6 of the (token, layer, slot) experts on the fine-grained MoE, `benchmarks/README.md`)."""
+    measure under replay (2.5e-6 of the (token, layer, slot) experts on the fine-grained MoE, benchmarks/README.md)."""
 
     def __init__(self, policy, ro, chunk_rows: int):
         self.policy, self.ro, self.chunk_rows = policy, ro, chunk_rows

@@ -1,5 +1,6 @@
 """The family since GSPO composed by LossConfig: CISPO, GMPO, the TIS / MIS mismatch correction, by hand; each
-surrogate's own parameters and diagnostics, and the identity of runs recorded when every bound was eps_low / eps_high."""
+surrogate's own parameters and diagnostics, and the identity of runs recorded when every bound was eps_low /
+eps_high."""
 import dataclasses
 import math
 

@@ -125,7 +125,7 @@ def test_the_engine_never_writes_the_environment():
 
 def test_import_changes_nothing_in_the_process():
     code = ("import os, sys; before = dict(os.environ); import gpolib, gpolib.presets, gpolib.config; "
-            "print(dict(os.environ) == before, 'torch' in sys.modules)")
+            "import gpolib.objectives; print(dict(os.environ) == before, 'torch' in sys.modules)")
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, check=True)
     assert out.stdout.split() == ["True", "False"]  # no environment change, torch not loaded
@@ -198,7 +198,8 @@ def test_no_branch_on_the_surrogate_outside_its_module():
     names, classes = set(SURROGATES), {c.__name__ for c in SURROGATES.values()}
     own = {Path(inspect.getfile(c)).resolve() for c in SURROGATES.values()}
     assert {"clip", "cispo", "gmpo"} <= names and len(own) == len(SURROGATES)
-    before = ('if cfg.loss.surrogate == "cispo":\n    pass\nmode = {"cispo": "cispo", "gmpo": "geo_mean"}[loss.surrogate]\n'
+    before = ('if cfg.loss.surrogate == "cispo":\n    pass\n'
+              'mode = {"cispo": "cispo", "gmpo": "geo_mean"}[loss.surrogate]\n'
               'eps = r if cfg.surrogate == "gmpo" else q\nok = isinstance(s, Cispo)\nok = name in ("clip", "gmpo")\n'
               'if lc.surrogate.name != x:\n    pass\nmatch cfg.loss.surrogate:\n    case _:\n        pass\n'
               'row = NOTEBOOK.get(cfg.loss.surrogate.name)\ncolors = {"gmpo": "#A6761D"}  # a table keyed by preset')

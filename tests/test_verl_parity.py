@@ -151,7 +151,8 @@ def test_verl_loss_and_gradient_equal_ours(name):
 
 
 def ratio_bounds(surrogate) -> tuple:
-    """Where the surrogate bounds the ratio: GMPO's log-space range, CISPO's absolute weight bounds, the clip's 1 +- eps."""
+    """Where the surrogate bounds the ratio: GMPO's log-space range, CISPO's absolute weight bounds, the clip's
+    1 +- eps."""
     if isinstance(surrogate, Gmpo):
         return math.exp(-surrogate.log_clip_low), math.exp(surrogate.log_clip_high)
     if isinstance(surrogate, Cispo):

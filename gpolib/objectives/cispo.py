@@ -1,7 +1,7 @@
 """CISPO (MiniMax-M1 Sec. 3.1): the importance-sampling weight bounded and detached, so that every token keeps its
 gradient.
 
-  f(r, A) = sg(clip(r, floor, cap)) A log pi_theta          MiniMax-M1 Eq. 4-5 (floor = 1 - eps_low^IS, cap = 1 + eps_high^IS)
+  f(r, A) = sg(clip(r, floor, cap)) A log pi_theta      MiniMax-M1 Eq. 4-5: floor = 1 - eps_low^IS, cap = 1 + eps_high^IS
 A token whose ratio PPO's clip would silence keeps the gradient clip(r) A d log pi; the weight is bounded instead
 of the update. The bounds are absolute: `cap` is the largest weight (ScaleRL's eps_max = 5, Khatri et al. 2025, the
 value TRL 1.16 recommends), `floor` the smallest (0: none, as the paper sets it).
