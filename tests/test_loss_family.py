@@ -75,7 +75,7 @@ def test_an_unbinding_cap_and_equal_logps_give_the_plain_loss(mode):
     logps = (old + 0.3 * torch.randn(4, 5, generator=g)).requires_grad_(True)
     adv, mask = torch.randn(4, generator=g), (torch.rand(4, 5, generator=g) > 0.3).float()
     plain = LossConfig(beta=0.1)
-    corrected = dataclasses.replace(plain, mismatch_correction=mode, mismatch_cap=1e30)  # math.inf: test_is_weights
+    corrected = dataclasses.replace(plain, mismatch_correction=mode, mismatch_cap=1e30)  # math.inf: tests/test_is_weights.py
     ref = old + 0.1
     l0, _ = policy_loss(logps, old, adv, mask, plain, ref)
     l1, info = policy_loss(logps, old, adv, mask, corrected, ref, engine_logps=old.clone())

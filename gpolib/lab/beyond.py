@@ -69,7 +69,7 @@ RULES = {"C1": C1_RULE, "C2": C2_RULE, "C3": C3_RULE}
 MISMATCH_FILE = "benchmarks/engine_mismatch_cpu.json"
 """the engines' measured mismatch on one rollout per seed (`benchmarks/old_logps_drift.py`), C3's condition"""
 RUN_MISMATCH = ("mismatch/kl", "mismatch/max_log_ratio", "mismatch/clipped_share")
-"""what the W8A8 runs log at every update (`gpolib.is_weights.mismatch_diagnostics`)"""
+"""what the W8A8 runs log at every update (`gpolib.objectives.mismatch_diagnostics`)"""
 
 
 # ---------------------------------------------------------------- the surrogates on single tokens
