@@ -147,7 +147,7 @@ def test_partial_old_logps_equal_a_full_recompute(tiny_cfg, monkeypatch):
         batch = tr.collect(0)
         batch.advantages = torch.linspace(-1, 1, len(batch.correct))  # every row informative
         if full:
-            def everything(policy, cfg, b, minibatches, active):
+            def everything(policy, cfg, b, minibatches, active, meter=None):
                 with torch.inference_mode():
                     ro = b.rollout
                     lp = completion_logps(policy.model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
