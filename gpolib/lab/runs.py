@@ -103,14 +103,14 @@ def config_diff(a: TrainConfig, b: TrainConfig) -> dict:
 
 
 def arm_table(configs: dict, seed: int = 0) -> pd.DataFrame:
-    """The fields in which the arms' configurations of one seed differ (loss fields as `loss.<name>`, a surrogate's
-    parameters beside `loss.surrogate`; '-' where an arm's surrogate has no such parameter): rows fields, columns
-    arms. Everything not listed (model, budget, lr, seeds, G) is shared."""
+    """The fields in which the arms' configurations of one seed differ (loss fields last, as `loss.<name>`, a
+    surrogate's parameters beside `loss.surrogate`; '-' where an arm's surrogate has no such parameter): rows fields,
+    columns arms. Everything not listed (model, budget, lr, seeds, G) is shared."""
     arms = {name.split("/")[0]: _flat(c.to_dict()) for name, c in configs.items()
             if name == run_key(name.split("/")[0], seed)}
     value = lambda a, k: repr(a[k]) if a.get(k, "-") is None else a.get(k, "-")  # noqa: E731
-    fields = [k for k in _merged(list(a) for a in arms.values())
-              if k != "name" and len({repr(value(a, k)) for a in arms.values()}) > 1]
+    keys = sorted(_merged(list(a) for a in arms.values()), key=lambda k: k.startswith("loss."))  # stable
+    fields = [k for k in keys if k != "name" and len({repr(value(a, k)) for a in arms.values()}) > 1]
     return pd.DataFrame({arm: {k: value(a, k) for k in fields} for arm, a in arms.items()}).astype(str)
 
 
