@@ -135,7 +135,8 @@ PRESETS = tuple(RECIPES)
 
 
 def get(name: str, /, **overrides) -> TrainConfig:
-    """The TrainConfig of a paper's recipe, with optional field overrides (`loss_<field>` for LossConfig).
+    """The TrainConfig of a paper's recipe, with optional field overrides (`loss_<field>` for LossConfig, or for a
+    parameter of its surrogate: `loss_eps_high`, `loss_cap`, ...).
 
     Values derived from the budget follow an overridden `max_new_tokens` (see `TrainConfig.replace`).
     """
