@@ -6,7 +6,7 @@
    (`rollout.generate` with the HF backend: transformers' forward per token, KV cache), for 64 and 128
    experts (top-8, width 16, 8 layers, random weights). The project's own decoder (backend 'decoder') runs
    the MoE layers itself (`engine.decoder._moe`) and is timed beside them.
-2. The routing passes of `moe/expert_change` (`update._routing`: one no-grad forward of the whole batch
+2. The routing passes of `moe/expert_change` (`moe.routing_pass`: one no-grad forward of the whole batch
    before the first optimiser step and after each) against one step of the embedded MoE (rollout + update,
    `behaviour_check`'s moe_grpo case: GRPO, mu = 2, router trained).
 
@@ -28,8 +28,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gpolib import models, presets  # noqa: E402
-from gpolib import update as upd  # noqa: E402
+from gpolib import models, moe, presets  # noqa: E402
 from gpolib.rollout import generate  # noqa: E402
 from gpolib.tokenizer import build_tokenizer  # noqa: E402
 
@@ -100,7 +99,7 @@ def routing_cost(reps: int) -> dict:
     batch = tr.collect(0)
     rollout_s = time.perf_counter() - t
     update_s = best_of(lambda: tr.update(batch, 0), reps)
-    routing_s = best_of(lambda: upd._routing(tr.policy, cfg, batch), reps)
+    routing_s = best_of(lambda: moe.routing_pass(tr.policy, batch.rollout, cfg.micro_batch_rows), reps)
     n_passes = 1 + cfg.mu  # pi_old's routing (no Routing Replay) and one after each optimiser step
     step_s = rollout_s + update_s
     return {"rollout_s": round(rollout_s, 3), "update_s": round(update_s, 3), "routing_pass_s": round(routing_s, 4),

@@ -1,14 +1,15 @@
 """The passes of one fine-grained MoE update (notebook 08), timed per variant on one thread (a notebook job's).
 
 An update of notebook 08's `grpo` arm (mu = 4, router trainable, `moe/expert_change` logged) runs, per RL step:
-- 1 + mu no-grad routing passes over the whole rollout (`update._routing_pass`: the routing under pi_old, which
+- 1 + mu no-grad routing passes over the whole rollout (`moe.routing_pass`: the routing under pi_old, which
   also gives the later minibatches' pi_old, then the routing after each optimiser step);
 - the training forward + backward of each minibatch's active rows, in micro-batches of 16 rows.
 Variants, on one real rollout batch of the arm (16 prompts x 8, bf16 engine), LoRA B drawn N(0, 0.02):
 - experts: transformers' grouped path (`experts_implementation='grouped_mm'`) against `qwen_ops.experts_forward`
   (routing weight on the SwiGLU product, one index_add), for a routing pass and a training micro-batch;
-- routing pass layout: packed (R rows per sequence, block-diagonal attention) against length-bucketed padded chunks
-  (`update._routing_pass`: rows sorted by length, each chunk cut to its longest row);
+- routing pass chunks (`moe.routing_pass`: rows sorted by length, each chunk cut to its longest row) of 16 and 32
+  rows (the packed layout it replaced, R rows per sequence under a block-diagonal mask, is gone with issue 49; its
+  timings stay in benchmarks/README.md);
 - the rollout itself (the decoder under bf16 autocast): one SwiGLU per expert in a Python loop against two grouped
   matmuls (`engine.decoder._grouped_swiglu`), these in torch's bf16 kernel or on the experts' bf16 values held in
   float32 (`engine.weights.widen_experts`, the default), same prompts and seed; and a held-out rollout of 64 prompts
@@ -22,7 +23,6 @@ alternating) and the median ratio to the first variant of its group.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import statistics
 import time
@@ -32,25 +32,32 @@ import torch  # noqa: E402
 
 from gpolib import moe, qwen_ops  # noqa: E402
 from gpolib.engine import decoder, weights  # noqa: E402
-from gpolib import update as upd  # noqa: E402
+from gpolib.lab import gspo_moe  # noqa: E402
+from gpolib.lab.runs import configs  # noqa: E402
+from gpolib.models import EMBEDDED  # noqa: E402
 from gpolib.runtime import deterministic_cpu  # noqa: E402
 from gpolib.train import Trainer  # noqa: E402
-from moe_routing_pass import grpo_rollout  # noqa: E402  (benchmarks/, the script's folder)
 
 
-def routing(trainer: Trainer, batch, fused: bool, packed: bool = False, rows: int = 16) -> tuple:
-    """One no-grad pass over every row: log-probs (B, T) and each layer's experts in packed order; packed: `rows`
-    rows per packed sequence (the layout before `update._routing_pass`), else `update._routing_pass` in chunks of
-    `rows` rows."""
+def grpo_rollout() -> tuple:
+    """A trainer of notebook 08's `grpo` arm on the fine-grained MoE, LoRA B drawn N(0, 0.02) (a policy that has
+    moved), and its first rollout batch (16 prompts x 8): (trainer, batch)."""
+    shared = {"model": EMBEDDED["moe-fine"], "eval_prompts": 64, "steps": 1}
+    trainer = Trainer(configs({"grpo": gspo_moe.ARMS["grpo"]}, shared)["grpo"])
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, p in trainer.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.02)
+    return trainer, trainer.collect(0)
+
+
+def routing(trainer: Trainer, batch, fused: bool, rows: int = 16) -> tuple:
+    """One no-grad pass over every row (`moe.routing_pass` in chunks of `rows` rows): log-probs (B, T) and each
+    layer's experts at the real positions, row-major."""
     qwen_ops.EXPERTS = fused
     try:
-        if not packed:
-            return upd._routing_pass(trainer.policy, dataclasses.replace(trainer.cfg, micro_batch_rows=rows), batch)
-        store: list = []
-        trainer.model.eval()
-        with torch.inference_mode(), moe.record_routing(trainer.model, store):
-            lp = trainer.policy.logps(batch.rollout, chunk_rows=rows, packed=True)
-        return lp, moe.stack_by_layer(store, len(moe.routers(trainer.model)))
+        return moe.routing_pass(trainer.policy, batch.rollout, rows)
     finally:
         qwen_ops.EXPERTS = True
 
@@ -114,15 +121,14 @@ def main() -> None:
     deterministic_cpu("cpu")
     trainer, batch = grpo_rollout()
     ro = batch.rollout
-    comp = torch.cat([torch.zeros_like(ro.prompt_mask), ro.completion_mask], dim=1)[upd._real_positions(batch)]
+    comp = torch.cat([torch.zeros_like(ro.prompt_mask), ro.completion_mask], dim=1)[moe.real_positions(ro)]
     real = ro.completion_mask.bool()
-    ref_lp, ref_rt = routing(trainer, batch, False, packed=True, rows=8)
-    for name, kw in {"packed@8 qwen_ops": dict(fused=True, packed=True, rows=8),
-                     "bucketed@16 qwen_ops": dict(fused=True, rows=16),
+    ref_lp, ref_rt = routing(trainer, batch, False, rows=16)
+    for name, kw in {"bucketed@16 qwen_ops": dict(fused=True, rows=16),
                      "bucketed@32 qwen_ops": dict(fused=True, rows=32)}.items():
         lp, rt = routing(trainer, batch, **kw)
         differ, _ = moe.expert_change(ref_rt, rt, comp)
-        print(f"{name}: experts differing from packed@8 transformers {differ.item():.2e}; max |log-prob diff| "
+        print(f"{name}: experts differing from bucketed@16 transformers {differ.item():.2e}; max |log-prob diff| "
               f"{(lp - ref_lp)[real].abs().max():.2e}")
     micro = torch.argsort(ro.lengths, descending=True)[:16].sort().values  # the longest micro-batch
     g0, g1 = train_micro(trainer, batch, micro, False), train_micro(trainer, batch, micro, True)
@@ -138,8 +144,7 @@ def main() -> None:
     print(f"rollout, float32-held vs bf16-kernel experts: {agree:.1%} of responses token for token the same")
     compare({
         "routing pass over the rollout (128 rows)": {
-            "packed@8 transformers": lambda: routing(trainer, batch, False, packed=True, rows=8),
-            "packed@8 qwen_ops": lambda: routing(trainer, batch, True, packed=True, rows=8),
+            "bucketed@16 transformers": lambda: routing(trainer, batch, False, rows=16),
             "bucketed@16 qwen_ops": lambda: routing(trainer, batch, True, rows=16),
             "bucketed@32 qwen_ops": lambda: routing(trainer, batch, True, rows=32)},
         "training forward + backward (16 longest rows)": {

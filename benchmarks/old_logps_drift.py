@@ -8,7 +8,7 @@ adapter, so the engine's folded LoRA is exercised), sampled by the run's engine 
 no-grad recompute of the same tokens (`Trainer.policy_logps`). With
 d_t = log pi_trainer - log pi_engine on real completion tokens, prints
 - per token: max |d_t|, mean |d_t|, max |exp(d_t) - 1|, and the mean k3 estimate of KL(engine || trainer),
-  exp(d_t) - d_t - 1 (`mismatch/kl` of `gpolib.is_weights`);
+  exp(d_t) - d_t - 1 (`mismatch/kl` of `gpolib.objectives.mismatch`);
 - per sequence: max and mean of |sum_t d_t| (the sequence log ratio) and of |mean_t d_t| (GSPO's length-normalised one).
 
     python benchmarks/old_logps_drift.py [--autocast bfloat16 | --weights int8 | --weights w8a8] [--seed S] [--json out.json]

@@ -43,16 +43,20 @@ def cmd_pretrain(args) -> int:
 
 
 def settable_fields() -> str:
-    """The `--set` names with their defaults: every TrainConfig field, and loss_<field> for LossConfig."""
+    """The `--set` names with their defaults: every TrainConfig field, loss_<field> for LossConfig, and
+    loss_<parameter> for each surrogate's parameters (`--set loss_surrogate=NAME` picks the surrogate)."""
     import dataclasses
 
     from gpolib.config import LossConfig, TrainConfig
+    from gpolib.objectives import SURROGATES
 
     def rows(cls, prefix):
         return [f"  {prefix}{f.name} = {f.default!r}" for f in dataclasses.fields(cls)
                 if f.default is not dataclasses.MISSING]
+    surrogates = [line for name, cls in SURROGATES.items()
+                  for line in [f" with loss_surrogate={name}:", *rows(cls, "loss_")]]
     return "\n".join(["settable with --set FIELD=VALUE (default shown; the preset may change it):",
-                      *rows(TrainConfig, ""), *rows(LossConfig, "loss_")])
+                      *rows(TrainConfig, ""), *rows(LossConfig, "loss_"), "  loss_surrogate = 'clip'", *surrogates])
 
 
 def add_train(sub) -> None:

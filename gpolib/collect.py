@@ -69,14 +69,15 @@ def collect(cfg, step: int, draw: Draw, pad_id: int, baseline: Advantages) -> Ba
     n = min(n_groups, c.prompts_per_step) * G
     ro, correct, rewards = ro.select(torch.arange(n)), correct[:n], rewards[:n]
     stats.update({"gen/batches": rounds, "gen/samples": samples, "gen/tokens": tokens, "groups/kept": n // G})
-    batch = advantages(c, baseline, ro, correct, rewards, stats)
+    batch = scored_batch(c, baseline, ro, correct, rewards, stats)
     trained = batch.rewards.view(-1, G) if len(batch.rewards) and c.gfpo_k is None else None  # (n_groups, G)
     stats["groups/zero_var_trained"] = float((trained.std(1) == 0).float().mean()) if trained is not None else 0.0
     return batch
 
 
-def advantages(cfg, baseline: Advantages, ro: Rollout, correct, rewards, stats: dict) -> Batch:
-    """The loss mask (DAPO's overlong filter, if configured), then the baseline's advantages."""
+def scored_batch(cfg, baseline: Advantages, ro: Rollout, correct, rewards, stats: dict) -> Batch:
+    """The `Batch` of a scored rollout: its loss mask (DAPO's overlong filter, if configured), then the baseline's
+    advantages (and GFPO's selection of rows, `baseline.GroupBaseline`)."""
     mask = ro.completion_mask.float()
     if cfg.overlong == "filter":
         mask = overlong_filter_mask(mask, ro.truncated)

@@ -1,8 +1,8 @@
 """Configuration dataclasses, validated on construction.
 
-`LossConfig` holds the three axes of the GRPO-family objective (ratio level, clipping, aggregation)
-plus the KL weight; `TrainConfig` everything the rollout/train loop needs. Both are built with keywords
-only. A bad value raises `ValueError` naming the field and the allowed values, before any compute
+`LossConfig` holds the three axes of the GRPO-family objective (ratio level, surrogate, aggregation) plus the
+KL weight and the mismatch correction; `TrainConfig` everything the rollout/train loop needs. Both are built with
+keywords only. A bad value raises `ValueError` naming the field and the allowed values, before any compute
 (the checks and the allowed values are in `gpolib.validation`).
 A derived value is never stored where it could disagree with its source: DAPO's L_cache may be a share
 of the budget (`overlong_cache_len`), and `replace` keeps Dr. GRPO's `loss.max_len` = `max_new_tokens`.
@@ -15,8 +15,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from .loss_config import LossConfig
-from .validation import check_fields, check_relations, check_value_fields, fail
+from .loss_config import LossConfig, replaced
+from .validation import check_fields, check_relations, check_value_fields, fail, known_fields
 
 __all__ = ["LossConfig", "TrainConfig"]
 
@@ -60,7 +60,8 @@ class TrainConfig:
     value_clip: Optional[float] = None
     """range of the clipped value loss (PPO reference code: 0.2); None: plain squared error."""
     positive_lm_weight: float = 0.0
-    """mu: weight of VAPO's positive-example LM loss (NLL of correct responses) added to the policy loss."""
+    """weight of VAPO's positive-example LM loss (NLL of the correct responses) added to the policy loss (VAPO
+    Sec. 5.2 calls it mu, 0.1; not this config's `mu`)."""
     group_size: int = 8
     """G: responses sampled per prompt."""
     prompts_per_step: int = 16
@@ -68,7 +69,9 @@ class TrainConfig:
     steps: int = 100
     """RL steps (one rollout batch each)."""
     mu: int = 1
-    """policy updates per rollout batch: the batch is split into mu minibatches, one optimiser step each."""
+    """minibatch updates per rollout batch: the batch is split into mu disjoint minibatches, one optimiser step each
+    (TRL's steps_per_generation with num_iterations = 1; not DeepSeekMath's mu, the number of passes over the whole
+    batch, TRL's num_iterations). mu > 1 makes the later minibatches off-policy (pi_theta != pi_old)."""
     micro_batch_rows: int = 16
     """rows per forward/backward pass; gradients accumulate over micro-batches exactly, so memory is bounded by one
     and the result does not depend on it (not part of the run's identity, NOT_IDENTITY). Rows are sorted by
@@ -201,41 +204,42 @@ class TrainConfig:
         return self.value_pretrain_steps
 
     def replace(self, **changes: Any) -> "TrainConfig":
-        """A copy with fields changed; `loss_<field>` keys change the LossConfig.
+        """A copy with fields changed; `loss_<field>` keys change the LossConfig, `loss_<parameter>` its surrogate
+        (`loss_eps_high` of the clip, `loss_cap` of CISPO; see `LossConfig.replace`).
 
         Under Dr. GRPO's aggregation the normaliser `loss.max_len` is the generation budget: it follows
         `max_new_tokens` unless `loss_max_len` (or a whole `loss`) is given.
         """
         loss_changes = {k[5:]: changes.pop(k) for k in list(changes) if k.startswith("loss_")}
-        _known(loss_changes, LossConfig, prefix="loss_")
         aggregation = loss_changes.get("aggregation", self.loss.aggregation)
         if aggregation == "seq_mean_token_sum_norm" and "loss" not in changes and "max_len" not in loss_changes:
             loss_changes["max_len"] = changes.get("max_new_tokens", self.max_new_tokens)
         if loss_changes:
-            changes["loss"] = dataclasses.replace(self.loss, **loss_changes)
-        _known(changes, TrainConfig, more=" or loss_<LossConfig field>")
+            changes["loss"] = replaced(self.loss, loss_changes, prefix="loss_")
+        _known(changes, more=" or loss_<LossConfig field or surrogate parameter>")
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """Every field, the LossConfig as `LossConfig.to_dict` (a run's config.json)."""
+        return {**dataclasses.asdict(self), "loss": self.loss.to_dict()}
 
     @classmethod
     def from_dict(cls, d: dict) -> "TrainConfig":
         d = dict(d)
         if isinstance(d.get("loss"), dict):
-            d["loss"] = LossConfig(**d["loss"])
+            d["loss"] = LossConfig.from_dict(d["loss"])
         _known(d)
         return cls(**d)
 
     def identity(self) -> dict:
-        """The fields that differ from their defaults (LossConfig compared field by field).
+        """The fields that differ from their defaults (LossConfig compared field by field, `LossConfig.identity`).
 
         Runs are identified by this, so a field added later with a default that keeps the old
         behaviour does not orphan runs recorded before it existed. The other side of that choice:
         changing a default does not invalidate runs cached under the old default; delete the run
         directory (or pass the old value explicitly) after changing one.
         """
-        return _non_default(self.to_dict(), TrainConfig)
+        return _non_default({**self.to_dict(), "loss": self.loss.identity()})
 
     def fingerprint(self) -> str:
         """Hash of the non-default fields: the run-cache key."""
@@ -245,32 +249,24 @@ class TrainConfig:
     @staticmethod
     def same_run(recorded: dict, current: "TrainConfig") -> list:
         """Fields where a recorded config dict (possibly older, with fewer fields) differs from `current`."""
-        a, b = _non_default(recorded, TrainConfig), current.identity()
+        a, b = _non_default({**recorded, "loss": _recorded_loss(recorded.get("loss", {}))}), current.identity()
         return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
 
 
-def _known(changes: dict, cls=None, more: str = "", prefix: str = "") -> None:
-    """Raise naming the keys that are not fields of `cls` (TrainConfig by default), with the closest names."""
-    import difflib
-
-    cls = cls or TrainConfig
-    known = [f.name for f in dataclasses.fields(cls)]
-    unknown = sorted(set(changes) - set(known))
-    if unknown:
-        close = [prefix + c for k in unknown for c in difflib.get_close_matches(k, known, n=1)]
-        hint = f" (did you mean {', '.join(close)}?)" if close else ""
-        raise ValueError(f"unknown {cls.__name__} field(s) {[prefix + k for k in unknown]}{hint}; allowed: "
-                         f"{', '.join(prefix + k for k in sorted(known))}{more}")
+def _known(changes: dict, more: str = "") -> None:
+    """Raise naming the keys that are not TrainConfig fields, with the closest names."""
+    known_fields(changes, [f.name for f in dataclasses.fields(TrainConfig)], "TrainConfig", more=more)
 
 
-def _defaults(cls) -> dict:
-    out = {}
-    for f in dataclasses.fields(cls):
-        if f.default is not dataclasses.MISSING:
-            out[f.name] = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            out[f.name] = dataclasses.asdict(f.default_factory())
-    return out
+def _recorded_loss(loss: dict) -> dict:
+    """A recorded loss config as its identity: `LossConfig.identity` of a stored one; one recorded before
+    surrogates were objects (the surrogate a name) is already flat."""
+    return LossConfig.from_dict(loss).identity() if isinstance(loss.get("surrogate"), dict) else loss
+
+
+def _defaults() -> dict:
+    out = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING}
+    return {**out, "loss": LossConfig().identity()}
 
 
 NOT_IDENTITY = ("report_to", "micro_batch_rows", "adapter_steps", "log_expert_change")
@@ -278,8 +274,9 @@ NOT_IDENTITY = ("report_to", "micro_batch_rows", "adapter_steps", "log_expert_ch
 it keeps or logs, not what it computes: left out of its identity"""
 
 
-def _non_default(d: dict, cls) -> dict:
-    base = _defaults(cls)
+def _non_default(d: dict) -> dict:
+    """The entries of a TrainConfig dict whose loss is flat (`LossConfig.identity`) that differ from the defaults."""
+    base = _defaults()
     out = {k: v for k, v in d.items() if k != "loss" and k not in NOT_IDENTITY and v != base.get(k)}
     loss = {k: v for k, v in d.get("loss", {}).items() if v != base["loss"].get(k)}
     if loss:

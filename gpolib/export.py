@@ -13,7 +13,9 @@ Mapping (ours -> TRL | verl):
                 sequence, sequence_token -> "sequence" | "gspo". Both are exact: with one advantage per
                 response, GSPO-token equals GSPO in value and gradient (GSPO Eq. 13-14; tested), and
                 verl's "gspo" loss is the GSPO-token form.
-  eps_low/high  epsilon / epsilon_high | actor.clip_ratio_low / clip_ratio_high
+  surrogate     its own keys (`Surrogate.trl` / `.verl`): the clip's eps_low/high -> epsilon / epsilon_high |
+                actor.clip_ratio_low / clip_ratio_high, loss_mode "vanilla" (token) or "gspo"; CISPO, GMPO: their
+                modules, via gpolib.export_family
   aggregation   seq_mean_token_mean -> loss_type="grpo" | loss_agg_mode="seq-mean-token-mean"
                 token_mean -> "dapo" ("bnpo" when mu > 1 on one process, see below) | "token-mean"
                 seq_mean_token_sum_norm -> "dr_grpo" | "seq-mean-token-sum-norm", loss_scale_factor=max_len
@@ -25,7 +27,7 @@ Mapping (ours -> TRL | verl):
                 with overlong_buffer (its penalty equals DAPO Eq. 13 for lengths <= max_len);
                 "filter" -> mask_truncated_completions=True | (verl: not available)
   dynamic_sampling  (TRL: not available) | algorithm.filter_groups (metric "reward", our shaped reward)
-  surrogate, mismatch_correction  CISPO, GMPO, TIS / MIS: see gpolib.export_family
+  mismatch_correction  TIS / MIS: see gpolib.export_family
 
 Known numerical departures that remain (documented, not features):
   - verl's GRPO estimator divides by std + 1e-6 (a fixed argument, no config key); ours by std + 1e-4.
@@ -161,8 +163,7 @@ def to_trl(preset_or_cfg, strict: bool = True, num_processes: int = 1) -> dict:
         loss_type = "bnpo"  # this minibatch's own token count, as ours (see the module docstring)
     kwargs = dict(
         loss_type=loss_type,
-        importance_sampling_level="token" if cfg.loss.ratio_level == "token" else "sequence",
-        epsilon=cfg.loss.eps_low, epsilon_high=cfg.loss.eps_high, beta=cfg.loss.beta,
+        importance_sampling_level="token" if cfg.loss.ratio_level == "token" else "sequence", beta=cfg.loss.beta,
         scale_rewards=cfg.adv_scale, num_generations=cfg.group_size,
         mask_truncated_completions=cfg.overlong == "filter",
         per_device_train_batch_size=per_device, gradient_accumulation_steps=1,
@@ -171,7 +172,7 @@ def to_trl(preset_or_cfg, strict: bool = True, num_processes: int = 1) -> dict:
         learning_rate=cfg.lr, weight_decay=cfg.weight_decay, max_grad_norm=cfg.max_grad_norm,
         lr_scheduler_type="constant_with_warmup", warmup_steps=cfg.warmup_steps, seed=cfg.seed,
     )
-    return {**kwargs, **trl_family_kwargs(cfg)}  # CISPO's loss_type and cap, the mismatch correction
+    return {**kwargs, **trl_family_kwargs(cfg)}  # the surrogate's keys (CISPO's loss_type and cap), the correction
 
 
 def trl_correctness(completions, answer, **_) -> list:
@@ -219,11 +220,8 @@ def to_verl(preset_or_cfg, strict: bool = True, megatron: bool = False, n_gpus: 
         ACTOR + "ppo_mini_batch_size": mini,
         ACTOR + "ppo_micro_batch_size_per_gpu": math.gcd(per_gpu, cfg.micro_batch_rows),
         ACTOR + "ppo_epochs": 1,
-        ACTOR + "clip_ratio_low": loss.eps_low,
-        ACTOR + "clip_ratio_high": loss.eps_high,
         ACTOR + "clip_ratio_c": VERL_DUAL_CLIP_OFF,
         ACTOR + "loss_agg_mode": VERL_AGG_MODE[loss.aggregation],
-        ACTOR + "policy_loss.loss_mode": "vanilla" if loss.ratio_level == "token" else "gspo",
         ACTOR + "use_kl_loss": loss.beta > 0,
         ACTOR + "kl_loss_coef": loss.beta,
         ACTOR + "kl_loss_type": "low_var_kl",
@@ -239,7 +237,7 @@ def to_verl(preset_or_cfg, strict: bool = True, megatron: bool = False, n_gpus: 
     if loss.aggregation == "seq_mean_token_sum_norm":
         keys[ACTOR + "loss_scale_factor"] = loss.max_len
     keys.update(_verl_sampling_keys(cfg, megatron))
-    keys.update(verl_family_keys(cfg, ACTOR))  # CISPO / GMPO loss modes, the mismatch correction
+    keys.update(verl_family_keys(cfg, ACTOR))  # the surrogate's loss mode and bounds, the mismatch correction
     return keys
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from .objectives import ADV_EPS, check_scale
+from .validation import GFPO_METRICS, choice
 
 
 def informative_groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
@@ -24,12 +25,11 @@ def gfpo_scores(rewards: torch.Tensor, lengths: torch.Tensor, metric: str) -> to
     'length':     -|o_i|  (shortest responses first)
     'efficiency': r_i / |o_i|  (token efficiency, reward per token)
     """
+    choice("metric", metric, GFPO_METRICS)
     lengths = lengths.float().clamp(min=1)
     if metric == "length":
         return -lengths
-    if metric == "efficiency":
-        return rewards.float() / lengths
-    raise ValueError(f"metric={metric!r} is invalid; allowed: 'length' | 'efficiency'")
+    return rewards.float() / lengths  # 'efficiency'
 
 
 def gfpo_keep(rewards: torch.Tensor, lengths: torch.Tensor, group_size: int, k, metric: str = "length") -> torch.Tensor:

@@ -11,12 +11,6 @@ completion right after it, so padding is at the right only; with no attention ma
 real tokens, as under the padded layout's mask. The LM head runs from the earliest column that predicts a completion
 token on. Same log-probs as the padded layout up to float rounding (the order of attention's sums),
 `tests/test_packing.py`; `benchmarks/train_pass.py --justify` times it.
-
-Packed (`packed=True`): the real tokens of a chunk's rows (prompt + completion, no padding) are concatenated into
-one sequence of batch 1 whose position ids restart at 0 per row; with no attention mask, transformers
-(`masking_utils.find_packed_sequence_indices`) reads the restarts as sequence boundaries and attends within each
-row only (a block-diagonal causal mask for sdpa / eager). No position is padding, and only the positions that
-predict a completion token reach the LM head (`logits_to_keep` as an index tensor).
 """
 from __future__ import annotations
 
@@ -78,35 +72,6 @@ def _logps_of_logits(logits, targets, temperature: float, with_entropy: bool):
     return logps, ent
 
 
-def packed_layout(prompt_mask, completion_mask) -> tuple:
-    """Where each real token goes in the packed sequence: keep (b, P + T) bool (row-major order is the packed order),
-    position ids (N,) restarting at 0 per row, and the packed index (N_c,) of the token that predicts each real
-    completion token (row-major over completion_mask)."""
-    keep = torch.cat([prompt_mask, completion_mask], dim=1).bool()  # (b, P + T)
-    if not bool(prompt_mask.bool().any(dim=1).all()):
-        raise ValueError("packed=True needs at least one prompt token per row (the first completion token's context)")
-    pos = position_ids(keep)[keep]  # (N,)
-    index = torch.full(keep.shape, -1, dtype=torch.long, device=keep.device)
-    index[keep] = torch.arange(int(keep.sum()), device=keep.device)  # (b, P + T)
-    P = prompt_mask.shape[1]
-    predictor = index[:, P:][completion_mask.bool()] - 1  # (N_c,): the token just before each completion token
-    return keep, pos, predictor
-
-
-def _packed_chunk_logps(model, p_ids, p_mask, c_ids, c_mask, temperature: float, with_entropy: bool):
-    """One chunk as one packed sequence of batch 1: (b, P), (b, T) -> logps (b, T), entropy (b, T) or None."""
-    keep, pos, predictor = packed_layout(p_mask, c_mask)
-    ids = torch.cat([p_ids, c_ids], dim=1)[keep]  # (N,)
-    # attention_mask=None: transformers finds the rows from the restarting position ids
-    logits = model(input_ids=ids[None], attention_mask=None, position_ids=pos[None], logits_to_keep=predictor,
-                   use_cache=False).logits[0]  # (N_c, V)
-    real = c_mask.bool()  # (b, T)
-    lp, en = _logps_of_logits(logits, c_ids[real], temperature, with_entropy)  # (N_c,)
-    logps = torch.zeros(c_ids.shape, dtype=lp.dtype, device=lp.device).masked_scatter(real, lp)  # (b, T)
-    ent = torch.zeros_like(logps).masked_scatter(real, en) if with_entropy else None
-    return logps, ent
-
-
 def chunks(prompt_mask, completion_mask, chunk_rows: int, trim: bool) -> list:
     """The forward passes of `completion_logps`: (rows, p0, t) per chunk of `chunk_rows` rows, the chunk being
     prompt columns p0: and completion columns :t of those rows. trim=True: rows sorted by completion length (stable)
@@ -125,24 +90,20 @@ def chunks(prompt_mask, completion_mask, chunk_rows: int, trim: bool) -> list:
 
 
 def completion_logps(model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature: float = 1.0,
-                     chunk_rows: int = 64, with_entropy: bool = False, bucket: bool = True, packed: bool = False,
-                     justify: bool = True):
+                     chunk_rows: int = 64, with_entropy: bool = False, bucket: bool = True, justify: bool = True):
     """log pi(o_t | q, o_<t) under softmax(logits / temperature), for each completion token.
 
     prompt_ids/mask (B, P) left-padded, completion_ids/mask (B, T) right-padded
     -> logps (B, T) [, entropy (B, T) detached]; zeros on padding.
     bucket=False keeps the rows' order and padding in one pass per chunk (needed by routing replay).
     justify=True (with bucket): each chunk's rows left-justified, no attention mask (module docstring); False: the
-    padded layout under its mask (a routing record of it is per padded position, `update._routing_pass`).
-    packed=True feeds each chunk of `chunk_rows` rows (in their order) as one packed sequence without padding
-    (module docstring); a routing record of it is in packed order, `moe.to_packed` turns a padded one into it.
+    padded layout under its mask (a routing record of it is per padded position, `moe.routing_pass`).
     """
     T = completion_ids.shape[1]
     pad = lambda x: torch.nn.functional.pad(x, (0, T - x.shape[1]))  # (b, t) -> (b, T)
     lps, ents, order = [], [], []
-    for rows, p0, t in chunks(prompt_mask, completion_mask, chunk_rows, bucket and not packed):
-        chunk = (_packed_chunk_logps if packed else _justified_chunk_logps if bucket and justify
-                 else _chunk_logps)
+    for rows, p0, t in chunks(prompt_mask, completion_mask, chunk_rows, bucket):
+        chunk = _justified_chunk_logps if bucket and justify else _chunk_logps
         lp, en = chunk(model, prompt_ids[rows, p0:], prompt_mask[rows, p0:], completion_ids[rows, :t],
                        completion_mask[rows, :t], temperature, with_entropy)
         lps.append(pad(lp))

@@ -1,7 +1,8 @@
 """Metric names of a training run, in one list, and the additive means the loop pools without knowing them.
 
-Each name is computed in one place and written as it is: the objective (`policy_loss`: `clip/*`,
-`ratio/*`, `pi_old/mean`, `kl/mean`, `mismatch/*`), the update (`loss/policy`, `grad/norm`, `entropy/mean`), the
+Each name is computed in one place and written as it is: the objective (`policy_loss`: `ratio/*`, `pi_old/mean`,
+`kl/mean`, `mismatch/*`, and the surrogate's own, `clip/*` for a clip, `capped/frac` for CISPO's cap, which its
+module declares and `register` adds here), the update (`loss/policy`, `grad/norm`, `entropy/mean`), the
 collection of a batch (`reward/*`, `acc/mean`, `len/*`, `groups/*`, `gen/*`), the MoE routing (`moe/*`, MoE
 policies only), the step (`lr`, `time/*`)
 and the held-out evaluation (`acc/sample`, `acc/greedy`). DESIGN.md's names are a subset.
@@ -46,10 +47,6 @@ METRICS: dict[str, Metric] = {
     # the policy update (mean over the mu minibatches)
     "loss/policy": Metric("policy loss", update=True), "grad/norm": Metric("gradient norm", update=True),
     "entropy/mean": Metric("entropy (nats/token)", update=True),
-    "clip/low": Metric("clipped low (fraction)", update=True, missing=0.0),
-    "clip/high": Metric("clipped high (fraction)", update=True, missing=0.0),
-    "clip/frac": Metric("clipped (fraction of tokens)", update=True, missing=0.0),
-    "clip/high_pi_old": Metric("pi_old of up-clipped tokens", update=True),
     "pi_old/mean": Metric("mean pi_old of tokens", update=True), "ratio/mean": Metric("mean importance ratio", update=True),
     "ratio/log_std": Metric("std of log ratio", update=True, missing=0.0),
     "ratio/log_range": Metric("log-ratio range, tokens with gradient", update=True),
@@ -75,12 +72,22 @@ METRICS: dict[str, Metric] = {
     # held-out evaluation (summary.json), with len/* and trunc/frac above
     "acc/sample": Metric("held-out accuracy at T (fraction)"), "acc/greedy": Metric("held-out greedy accuracy (fraction)"),
 }
-"""every metric name, with its label; the loop writes no other name"""
+"""every metric name, with its label; the loop writes no other name (the surrogates' own join by `register`)"""
+LOOP_UPDATE = {name: m for name, m in METRICS.items() if m.update}
+"""the update metrics of every run, whatever its surrogate"""
 
 
-def update_missing() -> dict:
-    """The update metrics with the values recorded when the update does not measure them."""
-    return {name: m.missing for name, m in METRICS.items() if m.update}
+def register(own: dict) -> None:
+    """A surrogate's own metrics (`Surrogate.metrics`) join METRICS; a name already there must mean the same."""
+    for name, m in own.items():
+        if METRICS.setdefault(name, m) != m:
+            raise ValueError(f"metric {name!r} is already registered as {METRICS[name]}")
+
+
+def update_defaults(own: dict) -> dict:
+    """What a step row holds for each update metric until the update measures it: the loop's and the surrogate's
+    own (`own`), each at its `missing` value (a skipped update keeps them all; `kl/mean` at beta = 0, ...)."""
+    return {name: m.missing for name, m in {**LOOP_UPDATE, **own}.items() if m.update}
 
 
 def label(name: str) -> str:

@@ -1,16 +1,20 @@
-"""Mixture-of-experts routing: record the experts each token is sent to, and replay them (GSPO Sec. 5.3).
+"""Mixture-of-experts routing: record the experts each token is sent to, replay them, and measure how much an
+update moves them (GSPO Sec. 5.3).
 
 Routing Replay: the experts chosen by pi_old are cached and reused in the forward passes of pi_theta,
 so the token ratio compares the same sub-networks. In transformers' Qwen3-MoE each sparse block calls
 `self.gate(hidden)` -> (router_logits, routing_weights, selected_experts); a forward hook on the gate
 records `selected_experts`, or replaces them with the recorded ones and recomputes their weights from
-the new router logits.
+the new router logits. Routing volatility (`moe/expert_change`): `ExpertChange`, the update's hook, routes the
+rollout under pi_old and again after each optimiser step (`routing_pass`) and counts the experts that moved.
 """
 from __future__ import annotations
 
 import contextlib
 
 import torch
+
+from .logprobs import chunks
 
 
 def routers(model) -> list:
@@ -93,9 +97,9 @@ def replay_routing(model, experts_per_layer: list):
             h.remove()
 
 
-def to_packed(experts_per_layer: list, keep: torch.Tensor) -> list:
-    """A padded routing record -> the packed one (`logprobs.completion_logps(packed=True)`): each layer's (b*L, k)
-    experts of b rows of L positions, kept at the real positions `keep` (b, L) in row-major order -> (N, k)."""
+def to_real_positions(experts_per_layer: list, keep: torch.Tensor) -> list:
+    """A padded routing record -> the record of the real positions alone, row-major (the order `routing_pass` hands
+    back): each layer's (b*L, k) experts of b rows of L positions, kept where `keep` (b, L) -> (N, k)."""
     flat = keep.reshape(-1).bool()  # (b*L,)
     out = []
     for e in experts_per_layer:
@@ -136,6 +140,68 @@ def expert_change(before, after, mask: torch.Tensor) -> tuple[torch.Tensor, torc
 
 def _stacked(records) -> torch.Tensor:
     return torch.stack(list(records)) if isinstance(records, (list, tuple)) else records
+
+
+def real_positions(ro) -> torch.Tensor:
+    """(B, P+T) bool: a rollout's real (prompt or completion) positions; their row-major order is a routing record's."""
+    return torch.cat([ro.prompt_mask, ro.completion_mask], dim=1).bool()
+
+
+def routing_pass(policy, ro, chunk_rows: int) -> tuple:
+    """One no-grad pass over every row under the current policy: log-probs (B, T) and each MoE layer's experts, one
+    (N, k) per layer over the N real positions in row-major order (`real_positions`), whatever order the forward
+    passes ran in. The rows run in length-sorted chunks of `chunk_rows` (memory bounded as in training), each cut to
+    its longest row (`logprobs.chunks(trim=True)`); `benchmarks/README.md` (`moe_update_pass.py`) has its timing."""
+    experts: list = []
+    policy.model.eval()
+    with torch.inference_mode(), record_routing(policy.model, experts):
+        lp = policy.logps(ro, chunk_rows=chunk_rows, bucket=True, justify=False)  # the record per padded position
+    layers = stack_by_layer(experts, len(routers(policy.model)))  # per layer (sum_c b_c L_c, k)
+    keep = real_positions(ro)  # (B, P+T)
+    P = ro.prompt_mask.shape[1]
+    kept, order = [], []
+    for rows, p0, t in chunks(ro.prompt_mask, ro.completion_mask, chunk_rows, trim=True):
+        kept.append(keep[rows][:, p0:P + t].reshape(-1))  # this chunk's padded positions: real or not
+        order.append(rows)
+    real = torch.cat(kept)  # (sum_c b_c L_c,) in the order the passes ran
+    rows = torch.cat(order)  # (B,): the rows in chunk order
+    row_of = torch.repeat_interleave(rows, keep.sum(dim=1)[rows])  # (N,): the row of each real position, chunk order
+    index = torch.argsort(row_of, stable=True)  # (N,): chunk order -> row-major order
+    return lp.clone(), [e[real.to(e.device)][index.to(e.device)] for e in layers]
+
+
+class ExpertChange:
+    """The update's hook for GSPO's routing volatility (Sec. 5.3): the share of the rollout's activated
+    completion-token experts that the policy routes elsewhere than pi_old after each optimiser step (`expert_change`),
+    overall and per layer (`moe/expert_change`, `moe/expert_change/l{i}`).
+
+    `before` takes pi_old's routing: Routing Replay's record, or one routing pass of its own, whose log-probs are
+    pi_old's (the update then needs no other pass before its first step); `after_step` routes the rollout again.
+    Replay's record (one padded pass) and a routing pass route a token alike but for near-ties, the floor of the
+    measure under replay (2.5e-6 of the (token, layer, slot) experts on the fine-grained MoE, benchmarks/README.md)."""
+
+    def __init__(self, policy, ro, chunk_rows: int):
+        self.policy, self.ro, self.chunk_rows = policy, ro, chunk_rows
+        self.routes: list | None = None
+        """pi_old's experts per layer at the real positions, row-major"""
+
+    def before(self, experts: list | None = None):
+        """pi_old's routing: `experts` (a padded per-layer record, Routing Replay's) or a routing pass, whose log-probs
+        (B, T) are returned (None for a record)."""
+        if experts is not None:
+            self.routes = to_real_positions(experts, real_positions(self.ro))
+            return None
+        lp, self.routes = routing_pass(self.policy, self.ro, self.chunk_rows)
+        return lp
+
+    def after_step(self) -> dict:
+        """The metrics of the routing after an optimiser step against pi_old's (the policy left in training mode)."""
+        after = routing_pass(self.policy, self.ro, self.chunk_rows)[1]
+        self.policy.model.train()
+        comp = torch.cat([torch.zeros_like(self.ro.prompt_mask), self.ro.completion_mask], dim=1)  # (B, P+T)
+        overall, per_layer = expert_change(self.routes, after, comp[real_positions(self.ro)])  # mask (N,)
+        return {"moe/expert_change": overall.item(),
+                **{f"moe/expert_change/l{i}": v for i, v in enumerate(per_layer.tolist())}}
 
 
 MARGIN_QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)

@@ -31,15 +31,15 @@ class Policy:
     """RMSNorm and RoPE with their backward written out (`qwen_ops`); False: transformers' own (for comparisons)"""
 
     def logps(self, ro: Rollout, rows=slice(None), with_entropy: bool = False, chunk_rows: int = 64,
-              bucket: bool = True, packed: bool = False, justify: bool = True):
+              bucket: bool = True, justify: bool = True):
         """log pi_theta of the completion tokens of `rows` (with grad), (b, T) [, entropy (b, T)]; a Qwen3 policy's
-        RMSNorm and RoPE with their backward written out (`qwen_ops`). bucket / packed / justify: `completion_logps`."""
+        RMSNorm and RoPE with their backward written out (`qwen_ops`). bucket / justify: `completion_logps`."""
         with qwen_ops.fused(self.fused_ops):
             return completion_logps(self.model, ro.prompt_ids[rows].to(self.device),
                                     ro.prompt_mask[rows].to(self.device),
                                     ro.completion_ids[rows].to(self.device), ro.completion_mask[rows].to(self.device),
                                     self.temperature, chunk_rows=chunk_rows, with_entropy=with_entropy, bucket=bucket,
-                                    packed=packed, justify=justify)
+                                    justify=justify)
 
     def step(self) -> None:
         """One optimiser and schedule step, gradients cleared."""

@@ -54,8 +54,8 @@ class PretrainConfig:
     micro_batches: int = 1
     """the batch's rows sorted by length and cut into this many micro-batches, each trimmed to its own longest row,
     gradients accumulated: the same cross-entropy (summed over the batch's completion tokens, divided by their
-    count) with less padding; the load-balancing loss is the mean of the micro-batches'. Measured on the
-    fine-grained MoE (2 threads, batch 64): 4 micro-batches 2.0-2.4 s per step against 4.1-5.8 s padded"""
+    count) with less padding; the load-balancing loss is the mean of the micro-batches' (its time: benchmarks/README.md,
+    "Timings that were in docstrings")"""
     seed: int = 0
     """seeds torch and the data stream"""
     out: str = ""

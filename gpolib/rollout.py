@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from .lora import merged_lora
+from .validation import BACKENDS, fail
 
 
 @dataclass
@@ -203,4 +204,4 @@ def generate(model, tokenizer, prompts: list, group_size: int, max_new_tokens: i
         c_ids, logps = vllm_sample(engine, prompts, group_size, spec)  # (B, T) each
         p_ids, p_mask = _prompts(tokenizer, prompts, group_size, "cpu")  # (B, P)
         return to_rollout(tokenizer, prompts, group_size, p_ids, p_mask, c_ids, logps)
-    raise ValueError(f"backend={backend!r} is invalid; allowed: 'decoder' | 'hf' | 'hf_generate' | 'vllm'")
+    fail("backend", backend, " | ".join(map(repr, BACKENDS)))

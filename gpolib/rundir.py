@@ -209,9 +209,6 @@ class RunDir:
         _atomic_write(self.path / "summary.json", jsonio.dumps(summary, indent=1).encode())
         runlog.note("computed", self.path)
 
-    def read_summary(self) -> dict:
-        return read_json(self.path / "summary.json")
-
     # -- checkpoints ----------------------------------------------------------
     def save_checkpoint(self, step: int, state: dict) -> Path:
         """Atomically write ckpt-<step>.pt and its sha256; keep the last KEEP_CHECKPOINTS."""

@@ -37,10 +37,9 @@ def deterministic_cpu(device: str) -> None:
     transformers' Qwen3-MoE runs its experts through a grouped matmul (`experts_implementation='grouped_mm'`, the
     default), whose backward on 2 threads otherwise accumulates in thread order: measured on the fine-grained embedded
     MoE, two pre-trainings of one recipe had different weights after 4 steps and the gradients of one batch differed
-    in every parameter, while 1 thread, transformers' eager experts (1.7x slower) or this setting gave equal bits.
-    With it, runs of one configuration on one machine repeat. Cost measured on the embedded models (2 threads,
-    interleaved): the fine MoE's pre-training step 1.1 s (1.3 s without), the dense trainer's forward + backward and
-    the rollout unchanged. Called by the trainer and the pre-training at their start."""
+    in every parameter, while 1 thread, transformers' eager experts (slower) or this setting gave equal bits.
+    With it, runs of one configuration on one machine repeat, at no measured cost (benchmarks/README.md, "Timings
+    that were in docstrings"). Called by the trainer and the pre-training at their start."""
     if str(device).startswith("cpu"):
         import torch
 

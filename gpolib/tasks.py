@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .paths import repo_root, resolve
+from .validation import PROMPT_STYLES, choice
 from .taskfile import check_vocabulary, load_tasks  # noqa: F401  (the task file's reader lives beside)
 
 OPS = ("+", "-", "*")
@@ -234,8 +235,7 @@ def render_prompt(tokenizer, prompt: str, style: str = "auto") -> str:
     'auto' uses the chat form when the tokenizer has a chat template (hub instruct models) and the
     raw prompt otherwise (the embedded character-level models).
     """
-    if style not in ("auto", "raw", "chat"):
-        raise ValueError(f"prompt_style={style!r} is invalid; allowed: 'auto' | 'raw' | 'chat'")
+    choice("prompt_style", style, PROMPT_STYLES)
     has_template = bool(getattr(tokenizer, "chat_template", None))
     if style == "raw" or (style == "auto" and not has_template):
         return prompt

@@ -9,7 +9,6 @@ The decoder joins tokens without spaces, so for task strings
 from __future__ import annotations
 
 import string
-from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
@@ -34,9 +33,3 @@ def build_tokenizer(padding_side: str = "left") -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(
         tokenizer_object=_backend(), pad_token="<pad>", eos_token="<eos>", unk_token="<unk>",
         padding_side=padding_side, clean_up_tokenization_spaces=False, model_max_length=512)
-
-
-def save_tokenizer(out_dir: str | Path, padding_side: str = "left") -> PreTrainedTokenizerFast:
-    tok = build_tokenizer(padding_side)
-    tok.save_pretrained(str(out_dir))
-    return tok

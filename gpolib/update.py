@@ -5,9 +5,8 @@ accumulation (memory is bounded by one micro-batch); rows whose advantage is 0 a
 beta = 0 (they add nothing but a denominator share, `objectives.subset_scale`). Diagnostics are the
 additive `Mean`s of `policy_loss` plus the update's own, pooled over micro-batches by `+` and averaged
 over minibatches, without the loop knowing their names. On an MoE policy the update also measures GSPO's
-routing volatility, `moe/expert_change` (Sec. 5.3): the rollout's experts under pi_old against one no-grad pass
-after each optimiser step, each a pass over the rollout in length-sorted chunks (`_routing_pass`); without Routing
-Replay the pass under pi_old also gives the later minibatches' pi_old, so measuring adds no pass before the update.
+routing volatility, `moe/expert_change` (Sec. 5.3), through the MoE module's hook (`moe.ExpertChange`: pi_old's
+routing before the first step, which also gives the later minibatches' pi_old, and the routing after each step).
 The phase reads the `Policy` (model, parameters, optimiser), the config and the baseline (whose `update` takes the
 value model's steps under PPO / VAPO); nothing else of the trainer.
 """
@@ -19,7 +18,6 @@ import torch
 
 from . import moe
 from .collect import Batch
-from .logprobs import chunks
 from .metrics import Mean, Share, mean_of
 from .objectives import policy_loss, subset_scale
 from .policy import Policy
@@ -37,12 +35,11 @@ def update(policy: Policy, cfg, baseline, batch: Batch, step: int) -> dict:
     minibatches = [mb.sort().values for mb in torch.randperm(B, generator=gen).chunk(c.mu)]
     # rows with A = 0 add nothing but a denominator share when beta = 0: skip their passes, rescale
     active = active_rows(c, batch)
-    if c.log_expert_change and moe.is_moe(policy.model):
-        olds, experts, routes = _pi_old_and_routes(policy, c, batch, minibatches, active)
-    else:
-        (olds, experts), routes = pi_old(policy, c, batch, minibatches, active), None
+    meter = (moe.ExpertChange(policy, batch.rollout, c.micro_batch_rows)
+             if c.log_expert_change and moe.is_moe(policy.model) else None)
+    olds, experts = pi_old(policy, c, batch, minibatches, active, meter)
     policy.model.train()
-    parts = [_minibatch_step(policy, c, batch, mb, active, old, experts, step, routes)
+    parts = [_minibatch_step(policy, c, batch, mb, active, old, experts, step, meter)
              for mb, old in zip(minibatches, olds)]
     names = dict.fromkeys(k for part in parts for k in part)
     out = {k: mean_of(part[k] for part in parts if k in part) for k in names}
@@ -50,8 +47,10 @@ def update(policy: Policy, cfg, baseline, batch: Batch, step: int) -> dict:
     return out
 
 
-def pi_old(policy: Policy, cfg, batch: Batch, minibatches: list, active: torch.Tensor) -> tuple:
-    """log pi_old for each minibatch, (B, T) or None, and the MoE routing to replay (per layer) or None.
+def pi_old(policy: Policy, cfg, batch: Batch, minibatches: list, active: torch.Tensor,
+           meter: moe.ExpertChange | None = None) -> tuple:
+    """log pi_old for each minibatch, (B, T) or None, and the MoE routing to replay (per layer) or None; `meter`, the
+    routing-volatility hook, is handed pi_old's routing.
 
     Where the old log-probs come from:
     - old_logps='engine': the rollout engine's sampling log-probs, for every minibatch (GSPO Sec. 5.4);
@@ -61,18 +60,24 @@ def pi_old(policy: Policy, cfg, batch: Batch, minibatches: list, active: torch.T
     - 'trainer' otherwise: the first minibatch is trained before the policy moves, so its pi_old is the
       detached log-prob of its own forward pass (None: no extra pass, as TRL with one update); the active
       rows of the later minibatches get one no-grad pass before the first update (other rows stay 0 and
-      are never read).
+      are never read), or, with a `meter`, its routing pass over every row gives them.
     """
-    c = cfg
+    c, n = cfg, len(minibatches)
     if c.old_logps == "engine":
-        return [batch.rollout.sample_logps.to(policy.device)] * len(minibatches), None
-    if c.routing_replay and moe.is_moe(policy.model):
+        olds, experts = [batch.rollout.sample_logps.to(policy.device)] * n, None
+    elif c.routing_replay and moe.is_moe(policy.model):
         old, experts = _recompute_with_routing(policy, c, batch)
-        return [old] * len(minibatches), experts
-    later = torch.cat(minibatches[1:]) if len(minibatches) > 1 else torch.zeros(0, dtype=torch.long)
-    rows = later[active[later]].sort().values
-    old = _recompute(policy, c, batch, rows) if len(rows) else None
-    return [None] + [old] * (len(minibatches) - 1), None
+        olds = [old] * n
+    elif meter is not None:  # its routing pass under pi_old: the later minibatches' pi_old too
+        return [None] + [meter.before()] * (n - 1), None
+    else:
+        later = torch.cat(minibatches[1:]) if n > 1 else torch.zeros(0, dtype=torch.long)
+        rows = later[active[later]].sort().values
+        old = _recompute(policy, c, batch, rows) if len(rows) else None
+        return [None] + [old] * (n - 1), None
+    if meter is not None:
+        meter.before(experts)  # Routing Replay's record, or a routing pass of its own
+    return olds, experts
 
 
 def _recompute(policy: Policy, cfg, batch: Batch, rows: torch.Tensor) -> torch.Tensor:
@@ -95,84 +100,10 @@ def _recompute_with_routing(policy: Policy, cfg, batch: Batch) -> tuple:
         return lp.clone(), moe.stack_by_layer(experts, len(moe.routers(policy.model)))
 
 
-def _pi_old_and_routes(policy: Policy, cfg, batch: Batch, minibatches: list, active: torch.Tensor) -> tuple:
-    """`pi_old`'s (log pi_old per minibatch, experts to replay) and the rollout's routing under pi_old in the packed
-    layout of `_routing_pass`, for `moe/expert_change`:
-    - Routing Replay: the replayed record, moved to the packed order (`moe.to_packed`);
-    - pi_old recomputed by the trainer: one routing pass over every row gives both the routing and the later
-      minibatches' pi_old (the first minibatch's is its own detached forward, as in `pi_old`);
-    - the engine's log-probs as pi_old: one routing pass.
-    Replay's record (one padded pass, rows in order at the full width) and a routing pass route a token alike but
-    for near-ties, the floor of the measure under replay (packed against padded: 2.5e-6 of the (token, layer, slot)
-    experts on the fine-grained MoE, `benchmarks/moe_routing_pass.py`)."""
-    c = cfg
-    if c.old_logps == "trainer" and not c.routing_replay:
-        old, routes = _routing_pass(policy, c, batch)
-        return [None] + [old] * (len(minibatches) - 1), None, routes
-    olds, experts = pi_old(policy, c, batch, minibatches, active)
-    routes = moe.to_packed(experts, _real_positions(batch)) if experts else _routing(policy, c, batch)
-    return olds, experts, routes
-
-
-def _real_positions(batch: Batch) -> torch.Tensor:
-    """(B, P+T) bool: the rollout's real (prompt or completion) positions, whose row-major order is the packed one."""
-    ro = batch.rollout
-    return torch.cat([ro.prompt_mask, ro.completion_mask], dim=1).bool()
-
-
-def _routing_pass(policy: Policy, cfg, batch: Batch) -> tuple:
-    """One no-grad pass over every row under the current policy: log-probs (B, T) and each MoE layer's experts, one
-    (N, k) per layer over the N real positions in row-major order (the packed order of `moe.to_packed`), whatever
-    order the forward passes ran in. The rows run in length-sorted chunks of `micro_batch_rows` (memory bounded as
-    in training), each cut to its longest row (`logprobs.chunks(trim=True)`).
-
-    On notebook 08's fine-grained MoE (128 rows, completions 97 tokens on average in a width of 192) one pass took
-    1.43 s on one thread at 16 rows a chunk, 1.52 s at 32, against 2.57 s for the packed layout it replaced (8 rows
-    per packed sequence: attention over the whole sequence under a block-diagonal mask, 8x the useful work) with
-    transformers' experts and 2.30 s packed with `qwen_ops.experts_forward`; the three route every token alike
-    (`benchmarks/moe_update_pass.py`, `benchmarks/moe_update_pass.txt`)."""
-    chunk_rows = cfg.micro_batch_rows
-    ro = batch.rollout
-    experts: list = []
-    policy.model.eval()
-    with torch.inference_mode(), moe.record_routing(policy.model, experts):
-        lp = policy.logps(ro, chunk_rows=chunk_rows, bucket=True, justify=False)  # the record per padded position
-    layers = moe.stack_by_layer(experts, len(moe.routers(policy.model)))  # per layer (sum_c b_c L_c, k)
-    keep = _real_positions(batch)  # (B, P+T)
-    P = ro.prompt_mask.shape[1]
-    kept, order = [], []
-    for rows, p0, t in chunks(ro.prompt_mask, ro.completion_mask, chunk_rows, trim=True):
-        kept.append(keep[rows][:, p0:P + t].reshape(-1))  # this chunk's padded positions: real or not
-        order.append(rows)
-    real = torch.cat(kept)  # (sum_c b_c L_c,) in the order the passes ran
-    rows = torch.cat(order)  # (B,): the rows in chunk order
-    row_of = torch.repeat_interleave(rows, keep.sum(dim=1)[rows])  # (N,): the row of each real position, chunk order
-    index = torch.argsort(row_of, stable=True)  # (N,): chunk order -> row-major (packed) order
-    return lp.clone(), [e[real.to(e.device)][index.to(e.device)] for e in layers]
-
-
-def _routing(policy: Policy, cfg, batch: Batch) -> list:
-    """Each MoE layer's experts at every real position of every row under the current policy (`_routing_pass`)."""
-    return _routing_pass(policy, cfg, batch)[1]
-
-
-def _routing_moved(policy: Policy, cfg, batch: Batch, routes: list) -> dict:
-    """GSPO's routing volatility after an optimiser step: the share of the rollout's activated completion-token
-    experts that the updated policy routes elsewhere than pi_old (`moe.expert_change`), overall and per layer;
-    `routes`: pi_old's, in the packed layout of `_routing_pass`."""
-    after = _routing(policy, cfg, batch)
-    policy.model.train()
-    ro = batch.rollout
-    comp = torch.cat([torch.zeros_like(ro.prompt_mask), ro.completion_mask], dim=1)  # (B, P+T)
-    overall, per_layer = moe.expert_change(routes, after, comp[_real_positions(batch)])  # mask (N,), packed order
-    return {"moe/expert_change": overall.item(),
-            **{f"moe/expert_change/l{i}": v for i, v in enumerate(per_layer.tolist())}}
-
-
 def _minibatch_step(policy: Policy, cfg, batch: Batch, mb: torch.Tensor, active: torch.Tensor, old, experts,
-                    step: int, routes: list | None = None) -> dict:
-    """Accumulate gradients over micro-batches of the minibatch's active rows, clip, step; its metrics (on an
-    MoE policy, with the routing pi_old gave the rollout, `routes`, how much of it the step moved)."""
+                    step: int, meter: moe.ExpertChange | None = None) -> dict:
+    """Accumulate gradients over micro-batches of the minibatch's active rows, clip, step; its metrics (with the
+    routing-volatility hook `meter`, how much of pi_old's routing the step moved)."""
     c = cfg
     rows = mb[active[mb]]
     n_tok_all = float(batch.loss_mask[mb].sum())
@@ -195,8 +126,8 @@ def _minibatch_step(policy: Policy, cfg, batch: Batch, mb: torch.Tensor, active:
     out = {"grad/norm": gn.item(), **_pool(infos, n_tok_all)}
     if losses:
         out["loss/policy"] = sum(losses)  # each micro-batch loss is already its share of the minibatch loss
-    if routes is not None:
-        out.update(_routing_moved(policy, c, batch, routes))
+    if meter is not None:
+        out.update(meter.after_step())
     return out
 
 
@@ -220,7 +151,7 @@ def _micro_step(policy: Policy, cfg, batch: Batch, rows: torch.Tensor, totals: t
     engine = {"engine_logps": ro.sample_logps[rows].to(policy.device)} if on else {}
     loss, info = policy_loss(lp, old_lp, adv, mask, c.loss, ref, **engine)
     loss = loss * subset_scale(c.loss.aggregation, len(rows), n_rows_all, float(mask.sum()), n_tok_all)
-    # VAPO: + mu * NLL of the correct responses (its share of the minibatch's); nothing when mu = 0
+    # VAPO: + positive_lm_weight * NLL of the correct responses (its share of the minibatch's); nothing at weight 0
     lm, lm_info = positive_lm_term(c, lp, mask, batch.correct[rows].to(policy.device), n_positive)
     info.update(lm_info)
     total = loss + lm if lm_info else loss

@@ -23,7 +23,6 @@ PROMPT_STYLES = ("auto", "raw", "chat")
 AUTOCAST_DTYPES = ("bfloat16", "float16")
 ROLLOUT_WEIGHTS = ("int8", "w8a8")
 REPORT_TO = ("none", "tensorboard")
-SURROGATES = ("clip", "cispo", "gmpo")
 MISMATCH_CORRECTIONS = ("none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 _CHOICES = {"adv_scale": ADV_SCALES, "overlong": OVERLONG_MODES, "gfpo_metric": GFPO_METRICS,
             "old_logps": OLD_LOGP_SOURCES, "device": DEVICES, "dtype": DTYPES, "prompt_style": PROMPT_STYLES,
@@ -50,28 +49,30 @@ def positive(name: str, value: Any, minimum: float = 0, strict: bool = True, int
         fail(name, value, f"{'>' if strict else '>='} {minimum}")
 
 
+def known_fields(changes: dict, known, what: str, prefix: str = "", more: str = "") -> None:
+    """Raise naming the keys of `changes` that are not in `known` (the fields of `what`), with the closest names."""
+    import difflib
+
+    known = list(known)
+    unknown = sorted(set(changes) - set(known))
+    if unknown:
+        close = [prefix + c for k in unknown for c in difflib.get_close_matches(k, known, n=1)]
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise ValueError(f"unknown {what} field(s) {[prefix + k for k in unknown]}{hint}; allowed: "
+                         f"{', '.join(prefix + k for k in sorted(known))}{more}")
+
+
 def check_loss(cfg) -> None:
-    """LossConfig: the three axes, the clip ranges, the KL weight, Dr. GRPO's normaliser."""
+    """LossConfig: the three axes (the surrogate's parameters are checked by the surrogate itself, its relations
+    with the config by `check_loss`), the KL weight, Dr. GRPO's normaliser, the mismatch correction."""
     choice("ratio_level", cfg.ratio_level, RATIO_LEVELS)
     choice("aggregation", cfg.aggregation, AGGREGATIONS)
-    positive("eps_low", cfg.eps_low, 0, strict=False)
-    positive("eps_high", cfg.eps_high, 0, strict=False)
-    _check_surrogate(cfg)
+    cfg.surrogate.check_loss(cfg)
     positive("beta", cfg.beta, 0, strict=False)
     if cfg.aggregation == "seq_mean_token_sum_norm" and cfg.max_len is None:
         fail("max_len", None, "a positive int when aggregation='seq_mean_token_sum_norm'")
     if cfg.max_len is not None:
         positive("max_len", cfg.max_len, 0, integer=True)
-
-
-def _check_surrogate(cfg) -> None:
-    """The surrogate form, its clip range, and the mismatch correction's mode and cap."""
-    choice("surrogate", cfg.surrogate, SURROGATES)
-    if cfg.surrogate == "clip" and cfg.eps_low >= 1:
-        fail("eps_low", cfg.eps_low, "0 <= eps_low < 1 (1 - eps_low must stay positive; >= 1 only with "
-             "surrogate='cispo', no lower bound, or 'gmpo', a log-space range)")
-    if cfg.surrogate != "clip" and cfg.ratio_level != "token":
-        fail("ratio_level", cfg.ratio_level, f"'token' with surrogate={cfg.surrogate!r} (its ratio is per token)")
     choice("mismatch_correction", cfg.mismatch_correction, MISMATCH_CORRECTIONS)
     positive("mismatch_cap", cfg.mismatch_cap, 0)  # finite: a config is stored as strict JSON
 
@@ -148,6 +149,7 @@ def check_relations(cfg) -> None:
         fail("gfpo_adaptive", True, "False unless gfpo_k is set")
     if cfg.loss.aggregation == "seq_mean_token_sum_norm" and cfg.loss.max_len != cfg.max_new_tokens:
         fail("loss.max_len", cfg.loss.max_len, f"max_new_tokens = {cfg.max_new_tokens} (Dr. GRPO normaliser)")
+    cfg.loss.surrogate.check_train(cfg)
 
 
 def _check_moe_and_engine(cfg) -> None:
@@ -199,6 +201,3 @@ def check_value_fields(cfg) -> None:
         fail("gfpo_k", cfg.gfpo_k, "None with advantage_estimator='gae' (GFPO filters group advantages)")
     if cfg.adv_scale != "group":
         fail("adv_scale", cfg.adv_scale, "'group' (unused) with advantage_estimator='gae'")
-    if cfg.loss.surrogate == "gmpo":
-        fail("loss.surrogate", "gmpo", "'clip' | 'cispo' with advantage_estimator='gae' (GMPO's clip side "
-             "follows one advantage per response)")

@@ -21,8 +21,8 @@ import copy
 
 import torch
 
+from .gae import decoupled_gae, length_adaptive_lambda, terminal_rewards
 from .logprobs import position_ids
-from .objectives import decoupled_gae, length_adaptive_lambda, terminal_rewards
 
 ADAPTER = "value"
 FUSED_FIRST_PASS = True
@@ -66,7 +66,8 @@ def positive_lm_loss(logps, mask, correct, n_tokens=None) -> tuple:
     """VAPO Sec. 5.2 (Positive Example LM Loss): NLL of the correct responses' tokens, token mean.
 
     L_NLL = -(1 / sum_{y in T} |y|) sum_{y in T} sum_t log pi(y_t), T = correct responses of the batch;
-    the policy minimises L_PPO + mu L_NLL (mu = 0.1, VAPO Sec. 6.1). logps, mask (B, T); correct (B,).
+    the policy minimises L_PPO + w L_NLL (w = `positive_lm_weight`, VAPO's mu = 0.1, Sec. 6.1).
+    logps, mask (B, T); correct (B,).
     0 (with a graph) when no response is correct.
     """
     keep = mask.to(logps.dtype) * (correct.to(logps.dtype) > 0).unsqueeze(1)  # (B, T)

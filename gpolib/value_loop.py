@@ -136,7 +136,8 @@ def positive_tokens(batch: Batch, rows: torch.Tensor) -> float:
 
 
 def positive_lm_term(cfg, logps, mask, correct, n_positive: float) -> tuple:
-    """mu L_NLL of one micro-batch as its share of the minibatch's (VAPO Positive Example LM Loss); (loss, info)."""
+    """w L_NLL of one micro-batch as its share of the minibatch's (VAPO Positive Example LM Loss, w =
+    `positive_lm_weight`, VAPO's mu); (loss, info)."""
     if cfg.positive_lm_weight == 0 or n_positive == 0:
         return logps.new_zeros(()), {}
     loss, info = positive_lm_loss(logps, mask, correct, n_tokens=n_positive)

@@ -34,7 +34,7 @@ def task_dataset(cfg, tokenizer, split: str = "task_train"):
 
 
 def grpo_args(cfg, out_dir: str, strict: bool = True, cpu: bool = False, use_vllm: bool = False, **extra):
-    """`trl.GRPOConfig` (GMPO's `GMPOConfig` for surrogate='gmpo') from the exported keywords plus run plumbing."""
+    """`trl.GRPOConfig` (the surrogate's own, e.g. GMPO's `GMPOConfig`) from the exported keywords plus run plumbing."""
     from gpolib.export import to_trl
     from gpolib.export_family import trl_classes
 
@@ -52,7 +52,7 @@ def grpo_args(cfg, out_dir: str, strict: bool = True, cpu: bool = False, use_vll
 
 
 def build_trainer(cfg, out_dir: str, strict: bool = True, cpu: bool = False, use_vllm: bool = False, **extra):
-    """A `trl.GRPOTrainer` (TRL's experimental `GMPOTrainer` for surrogate='gmpo') for `cfg` (a gpolib TrainConfig):
+    """A `trl.GRPOTrainer` (the surrogate's own, e.g. TRL's experimental `GMPOTrainer`) for `cfg` (a gpolib TrainConfig):
     model + LoRA, task prompts, rewards, exported args."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -75,8 +75,10 @@ def build_trainer(cfg, out_dir: str, strict: bool = True, cpu: bool = False, use
 
 
 def main(argv: list | None = None) -> int:
+    from gpolib import presets
+
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--preset", required=True, help="grpo | dapo | gspo | gfpo | dr_grpo | cispo | gmpo")
+    p.add_argument("--preset", required=True, help=" | ".join(presets.RECIPES))
     p.add_argument("--model", default=None, help="hub name or local path (default: the preset's, the embedded model)")
     p.add_argument("--out", required=True, help="TRL output directory")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="TrainConfig override")
@@ -85,7 +87,6 @@ def main(argv: list | None = None) -> int:
     p.add_argument("--vllm", action="store_true", help="TRL's colocated vLLM generation (needs vllm)")
     a = p.parse_args(argv)
 
-    from gpolib import presets
     from gpolib.overrides import parse_overrides  # the CLI's --set rules
 
     overrides = parse_overrides(a.set)

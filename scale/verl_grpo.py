@@ -61,7 +61,7 @@ def main(argv: list | None = None) -> int:
     from gpolib.overrides import parse_overrides  # the CLI's --set rules
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--preset", required=True, help="grpo | dapo | gspo | gfpo | dr_grpo | cispo | gmpo")
+    p.add_argument("--preset", required=True, help=" | ".join(presets.RECIPES))
     p.add_argument("--model", default="Qwen/Qwen2.5-0.5B-Instruct")
     p.add_argument("--data-dir", default="data/verl")
     p.add_argument("--gpus", type=int, default=8)

@@ -4,17 +4,27 @@ import dataclasses
 import pytest
 
 from gpolib import LossConfig, TrainConfig, presets
+from gpolib.objectives import Cispo, Clip, Gmpo
 
 INVALID_LOSS = [
     ({"ratio_level": "word"}, "ratio_level"),
     ({"aggregation": "median"}, "aggregation"),
-    ({"eps_low": -0.1}, "eps_low"),
-    ({"eps_high": -0.01}, "eps_high"),
-    ({"eps_low": 1.0}, "eps_low"),
     ({"beta": -0.04}, "beta"),
     ({"aggregation": "seq_mean_token_sum_norm"}, "max_len"),
     ({"aggregation": "seq_mean_token_sum_norm", "max_len": 0}, "max_len"),
-    ({"eps_high": "0.28"}, "eps_high"),
+    ({"surrogate": "ppo"}, "surrogate"),
+]
+
+INVALID_SURROGATE = [  # each surrogate checks its own parameters
+    (Clip, {"eps_low": -0.1}, "eps_low"),
+    (Clip, {"eps_high": -0.01}, "eps_high"),
+    (Clip, {"eps_low": 1.0}, "eps_low"),
+    (Clip, {"eps_high": "0.28"}, "eps_high"),
+    (Cispo, {"cap": 0.5}, "cap"),
+    (Cispo, {"floor": -0.1}, "floor"),
+    (Cispo, {"floor": 1.5}, "floor"),
+    (Gmpo, {"log_clip_low": -0.4}, "log_clip_low"),
+    (Gmpo, {"log_clip_high": float("nan")}, "log_clip_high"),
 ]
 
 INVALID_TRAIN = [
@@ -52,8 +62,8 @@ INVALID_TRAIN = [
     ({"seed": -3}, "seed"),
     ({"model": ""}, "model"),
     ({"loss": {"ratio_level": "token"}}, "loss"),
-    ({"loss": LossConfig(ratio_level="token", eps_low=0.2, eps_high=0.2, aggregation="seq_mean_token_sum_norm",
-                         max_len=64)}, "loss.max_len"),
+    ({"loss": LossConfig(ratio_level="token", surrogate=Clip(eps_low=0.2, eps_high=0.2),
+                         aggregation="seq_mean_token_sum_norm", max_len=64)}, "loss.max_len"),
 ]
 
 
@@ -61,6 +71,14 @@ INVALID_TRAIN = [
 def test_invalid_loss_config_names_field(kwargs, field):
     with pytest.raises(ValueError, match=rf"^{field.replace('.', '[.]')}=.*allowed"):
         LossConfig(**kwargs)
+
+
+@pytest.mark.parametrize("cls,kwargs,field", INVALID_SURROGATE, ids=[f for _, _, f in INVALID_SURROGATE])
+def test_invalid_surrogate_parameter_names_field(cls, kwargs, field):
+    with pytest.raises(ValueError, match=rf"^{field}=.*allowed"):
+        cls(**kwargs)
+    with pytest.raises(ValueError, match=rf"^{field}=.*allowed"):  # the same through --set loss_<parameter>
+        presets.get(cls.name if cls.name != "clip" else "grpo", **{f"loss_{k}": v for k, v in kwargs.items()})
 
 
 @pytest.mark.parametrize("kwargs,field", INVALID_TRAIN, ids=[f for _, f in INVALID_TRAIN])
@@ -104,22 +122,22 @@ def test_presets_are_valid_and_round_trip(name):
 
 def test_family_preset_values_match_papers():
     cispo, gmpo = presets.get("cispo").loss, presets.get("gmpo").loss
-    # MiniMax-M1 Sec. 3.1: no lower bound on the IS weight, token-level; ScaleRL's cap 5 = 1 + eps_high
-    assert (cispo.surrogate, cispo.eps_low, cispo.eps_high, cispo.aggregation) == ("cispo", 1.0, 4.0, "token_mean")
+    # MiniMax-M1 Sec. 3.1: no lower bound on the IS weight, token-level; ScaleRL's cap eps_max = 5
+    assert (cispo.surrogate, cispo.aggregation) == (Cispo(cap=5.0, floor=0.0), "token_mean")
     # GMPO: log-space range (e^-0.4, e^0.4), one term per response
-    assert (gmpo.surrogate, gmpo.eps_low, gmpo.eps_high, gmpo.aggregation) == ("gmpo", 0.4, 0.4, "seq_mean_token_mean")
+    assert (gmpo.surrogate, gmpo.aggregation) == (Gmpo(log_clip_low=0.4, log_clip_high=0.4), "seq_mean_token_mean")
     assert presets.get("grpo").loss.mismatch_correction == "none" and LossConfig().mismatch_cap == 2.0
 
 
 def test_preset_values_match_papers():
-    assert presets.get("grpo").loss == LossConfig(ratio_level="token", eps_low=0.2, eps_high=0.2,
+    assert presets.get("grpo").loss == LossConfig(ratio_level="token", surrogate=Clip(eps_low=0.2, eps_high=0.2),
                                                   aggregation="seq_mean_token_mean")
     dapo = presets.get("dapo")
-    assert (dapo.loss.eps_low, dapo.loss.eps_high, dapo.loss.aggregation) == (0.2, 0.28, "token_mean")
+    assert (dapo.loss.surrogate, dapo.loss.aggregation) == (Clip(eps_low=0.2, eps_high=0.28), "token_mean")
     assert dapo.dynamic_sampling and dapo.overlong == "shaping"
     assert dapo.overlong_cache == 0.2 and dapo.overlong_cache_len == round(0.2 * 192) == 38  # 4096 of 20480
     gspo = presets.get("gspo")
-    assert (gspo.loss.ratio_level, gspo.loss.eps_low, gspo.loss.eps_high, gspo.mu) == ("sequence", 3e-4, 4e-4, 4)
+    assert (gspo.loss.ratio_level, gspo.loss.surrogate, gspo.mu) == ("sequence", Clip(eps_low=3e-4, eps_high=4e-4), 4)
     dr = presets.get("dr_grpo")
     assert dr.adv_scale == "none" and dr.loss.max_len == dr.max_new_tokens
     gfpo = presets.get("gfpo")
@@ -128,7 +146,7 @@ def test_preset_values_match_papers():
 
 def test_overrides_reach_loss_and_dr_grpo_budget():
     cfg = presets.get("dapo", loss_eps_high=0.2, seed=3)
-    assert cfg.loss.eps_high == 0.2 and cfg.seed == 3
+    assert cfg.loss.surrogate.eps_high == 0.2 and cfg.seed == 3
     assert presets.get("dr_grpo", max_new_tokens=64).loss.max_len == 64
 
 
@@ -146,8 +164,11 @@ def test_derived_values_follow_the_budget_on_replace():
 
 def test_every_field_has_a_docstring():
     import inspect
-    src = inspect.getsource(TrainConfig) + inspect.getsource(LossConfig)
-    for f in dataclasses.fields(TrainConfig) + dataclasses.fields(LossConfig):
+
+    from gpolib.objectives import SURROGATES
+    classes = (TrainConfig, LossConfig, *SURROGATES.values())  # a surrogate's parameters too
+    src = "".join(inspect.getsource(c) for c in classes)
+    for f in [f for c in classes for f in dataclasses.fields(c)]:
         line = next(l for l in src.splitlines() if l.strip().startswith(f"{f.name}:"))
         nxt = src.splitlines()[src.splitlines().index(line) + 1].strip()
         assert nxt.startswith('"""'), f.name

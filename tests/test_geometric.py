@@ -3,7 +3,7 @@ import math
 
 import torch
 
-from gpolib.geometric import geometric_ratio
+from gpolib.objectives.gmpo import geometric_ratio
 from gpolib.objectives import clipped_surrogate
 
 

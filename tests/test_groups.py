@@ -81,7 +81,7 @@ def test_adaptive_k_quartiles_from_the_running_record():
 def test_adaptive_gfpo_in_collect_keeps_k_per_group_and_records_means():
     from gpolib import presets
     from gpolib.baseline import GroupBaseline
-    from gpolib.collect import advantages
+    from gpolib.collect import scored_batch
     from gpolib.rollout import Rollout
 
     G, n = 16, 4
@@ -96,7 +96,7 @@ def test_adaptive_gfpo_in_collect_keeps_k_per_group_and_records_means():
                  torch.arange(n).repeat_interleave(G))
     baseline = GroupBaseline(cfg)
     baseline.group_means = [0.0] * 8 + [1.0] * 8  # a record: half all-wrong, half all-correct
-    batch = advantages(cfg, baseline, ro, correct, correct.clone(), {})
+    batch = scored_batch(cfg, baseline, ro, correct, correct.clone(), {})
     # record after this batch (20 means): 8 x 0, 1/16, 4/16, 10/16, 15/16, 8 x 1; quartiles (linear) 0 / 7/16 / 1:
     # 1/16, 4/16 <= q50 keep 8; 10/16, 15/16 in (q50, q75] keep 6 (no mean exceeds q75 = 1)
     assert torch.bincount(batch.rollout.prompt_index, minlength=n).tolist() == [8, 8, 6, 6]

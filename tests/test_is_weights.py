@@ -4,8 +4,7 @@ import math
 import pytest
 import torch
 
-from gpolib.is_weights import cispo_surrogate, mismatch_weights
-from gpolib.objectives import clipped_surrogate
+from gpolib.objectives import Cispo, clipped_surrogate, mismatch_weights
 
 
 def test_cispo_keeps_the_gradient_of_a_token_ppo_clips():
@@ -14,7 +13,8 @@ def test_cispo_keeps_the_gradient_of_a_token_ppo_clips():
     ratio = torch.exp(logps - old)
     adv = torch.tensor([1.0])
     (g_ppo,) = torch.autograd.grad(clipped_surrogate(ratio, adv, 0.2, 0.28).sum(), logps)
-    (g_cispo,) = torch.autograd.grad(cispo_surrogate(logps, ratio, adv, 0.2, 0.28).sum(), logps)
+    cispo = Cispo(cap=1.28, floor=0.8)  # the weight's bounds 1 + 0.28, 1 - 0.2
+    (g_cispo,) = torch.autograd.grad(cispo.terms(logps, old, ratio, adv, torch.ones_like(ratio)).sum(), logps)
     assert g_ppo[0, 0] == 0.0 and math.isclose(float(g_ppo[0, 1]), 1.0, abs_tol=1e-6)
     # d/dlogp [sg(clip(r)) A logp] = clip(r) A: 1.28 for the clipped token, 1 for the other
     assert torch.allclose(g_cispo, torch.tensor([[1.28, 1.0]]), atol=1e-6, rtol=0)

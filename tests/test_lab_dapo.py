@@ -34,7 +34,7 @@ def test_arms_share_the_budget_and_form_a_ladder():
     assert diffs == {"overlong_filter": ["overlong"], "clip_higher": ["loss"], "overlong": ["overlong", "overlong_cache"],
                      "token_mean": ["loss"], "dapo": ["dynamic_sampling", "eval_every", "name"]}
     assert cfgs["overlong_filter"].overlong == "filter" and cfgs["overlong_filter"].loss == cfgs["grpo"].loss
-    assert cfgs["grpo"].loss.eps_high == 0.2 and cfgs["clip_higher"].loss.eps_high == 0.28
+    assert cfgs["grpo"].loss.surrogate.eps_high == 0.2 and cfgs["clip_higher"].loss.surrogate.eps_high == 0.28
     assert cfgs["overlong"].overlong_cache_len == 29 == round(0.2 * 144)  # DAPO's share 4096 / 20480
     assert cfgs["token_mean"].loss.aggregation == cfgs["dapo"].loss.aggregation == "token_mean"
 
@@ -276,13 +276,13 @@ def test_d3_is_an_identity():
 
 def test_clip_higher_keeps_the_gradient_of_a_token_between_1_2_and_1_28():
     from gpolib.config import LossConfig
-    from gpolib.objectives import policy_loss
+    from gpolib.objectives import Clip, policy_loss
 
     old = torch.log(torch.tensor([[0.4]], dtype=torch.float64))  # (1, 1)
     grads = {}
     for eps_high in (0.2, 0.28):
         logps = (old + torch.log(torch.tensor(1.25, dtype=torch.float64))).requires_grad_(True)  # ratio 1.25
-        cfg = LossConfig(ratio_level="token", eps_low=0.2, eps_high=eps_high, aggregation="token_mean")
+        cfg = LossConfig(ratio_level="token", surrogate=Clip(eps_low=0.2, eps_high=eps_high), aggregation="token_mean")
         loss, _ = policy_loss(logps, old, torch.tensor([1.0], dtype=torch.float64), torch.ones(1, 1, dtype=torch.float64), cfg)
         loss.backward()
         grads[eps_high] = float(logps.grad)

@@ -5,11 +5,12 @@ import pandas as pd
 import pytest
 
 from gpolib import LossConfig, presets
+from gpolib.objectives import Clip
 from gpolib.lab import dr_grpo as lb
 from gpolib.lab import runs
 
-GRPO = LossConfig(ratio_level="token", eps_low=0.2, eps_high=0.2, aggregation="seq_mean_token_mean")
-DR = LossConfig(ratio_level="token", eps_low=0.2, eps_high=0.2, aggregation="seq_mean_token_sum_norm",
+GRPO = LossConfig(ratio_level="token", surrogate=Clip(eps_low=0.2, eps_high=0.2), aggregation="seq_mean_token_mean")
+DR = LossConfig(ratio_level="token", surrogate=Clip(eps_low=0.2, eps_high=0.2), aggregation="seq_mean_token_sum_norm",
                 max_len=128)
 
 
@@ -62,7 +63,7 @@ def test_weight_check_zero_error_and_hand_weight():
     assert lb.hand_weight(GRPO, 100, -0.866, 4) == pytest.approx(0.866 / 400)
     assert lb.hand_weight(DR, 10, 0.5, 4) == pytest.approx(-0.5 / 512)
     with pytest.raises(ValueError, match="aggregation"):
-        lb.hand_weight(LossConfig(ratio_level="token", eps_low=0.2, eps_high=0.2, aggregation="token_mean"), 10, 1.0, 1)
+        lb.hand_weight(LossConfig(ratio_level="token", surrogate=Clip(eps_low=0.2, eps_high=0.2), aggregation="token_mean"), 10, 1.0, 1)
 
 
 def test_presets_use_the_two_objectives():

@@ -6,10 +6,11 @@ import pytest
 import torch
 
 from gpolib import LossConfig, presets
+from gpolib.objectives import Clip
 from gpolib.lab import gspo as gc
 
 GSPO = presets.get("gspo").loss
-WIDE = LossConfig(ratio_level="sequence", eps_low=0.2, eps_high=0.28, aggregation="seq_mean_token_mean")
+WIDE = LossConfig(ratio_level="sequence", surrogate=Clip(eps_low=0.2, eps_high=0.28), aggregation="seq_mean_token_mean")
 
 
 def test_sequence_ratio_direct_hand_numbers():
@@ -40,7 +41,7 @@ def test_gspo_token_equals_gspo(cfg, scale):
 def test_one_token_gspo_equals_grpo_but_not_for_longer_responses():
     b = gc.random_batch(scale=0.3, seed=4)
     assert max(gc.one_token_err(b, WIDE)) < 1e-12
-    tok = LossConfig(ratio_level="token", eps_low=0.2, eps_high=0.28, aggregation="seq_mean_token_mean")
+    tok = LossConfig(ratio_level="token", surrogate=Clip(eps_low=0.2, eps_high=0.28), aggregation="seq_mean_token_mean")
     assert gc.loss_diff(b, WIDE, tok)[1] > 1e-4
 
 

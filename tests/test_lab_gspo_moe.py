@@ -126,7 +126,7 @@ def test_arms_differ_only_in_the_fields_they_test():
     assert runs.config_diff(fine["grpo/seed0"], fine["grpo_coarse/seed0"]) == {
         "model": ("data/models/tiny-qwen3-moe-fine", "data/models/tiny-qwen3-moe")}
     assert diff("gspo", "gspo_engine") == {"old_logps"}
-    assert cfgs["grpo/seed0"].loss.eps_high == 0.28 and cfgs["gspo/seed0"].loss.eps_high == 4e-4
+    assert cfgs["grpo/seed0"].loss.surrogate.eps_high == 0.28 and cfgs["gspo/seed0"].loss.surrogate.eps_high == 4e-4
     t = runs.arm_table(fine).T  # rows arms
     assert t.loc["gspo_engine", "old_logps"] == "engine" and t.loc["grpo", "loss.ratio_level"] == "token"
     assert t.loc["grpo_frozen", "train_router"] == "False" and t.loc["grpo_coarse", "model"] == gm.COARSE

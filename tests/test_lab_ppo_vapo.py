@@ -29,7 +29,7 @@ import torch  # noqa: E402
 
 from gpolib.lab import ppo_vapo as lb  # noqa: E402
 from gpolib.lab import report, runs, stats  # noqa: E402
-from gpolib.objectives import gae  # noqa: E402
+from gpolib.gae import gae  # noqa: E402
 
 FULL = runs.budget(steps=100, prompts_per_step=16, group_size=8, eval_prompts=512, eval_samples=4,
                    model="data/models/tiny-qwen3", device="cpu", dtype="float32")
@@ -43,7 +43,7 @@ def test_arms_generate_equal_samples_and_vapo_pretrains_50():
         assert not c.dynamic_sampling and c.gfpo_k is None, name  # nothing re-samples or filters
     assert cfgs["vapo/seed0"].value_pretrain_len == 50  # VAPO Sec. 6.1's 50 at the full profile's 100 steps
     assert cfgs["vapo/seed0"].advantage_estimator == "gae" and cfgs["dapo/seed0"].advantage_estimator == "group"
-    assert cfgs["dapo/seed0"].loss.eps_high == 0.28 and cfgs["dapo/seed0"].overlong == "shaping"
+    assert cfgs["dapo/seed0"].loss.surrogate.eps_high == 0.28 and cfgs["dapo/seed0"].overlong == "shaping"
 
 
 def test_grpo_arm_is_notebook_01s_runs():
@@ -213,7 +213,7 @@ def test_advantage_heatmap_grid():
 def test_advantage_demo_is_decoupled_gae_of_the_value_model(tiny_cfg):
     """On the embedded policy (value head made non-zero): the demo's A of each response is GAE with VAPO's
     lambda = 1 - 1/(0.05 |y|) on its V, and GRPO's number is the group formula for its correct/incorrect."""
-    from gpolib.objectives import length_adaptive_lambda, terminal_rewards
+    from gpolib.gae import length_adaptive_lambda, terminal_rewards
     from gpolib.train import Trainer
     tr = Trainer(tiny_cfg("vapo", group_size=4))
     torch.manual_seed(0)

@@ -289,14 +289,14 @@ def test_loop_replays_the_recorded_experts_of_each_row(tiny_cfg, monkeypatch):
         events.clear()  # the recording pass itself is not a replay
         return out
     monkeypatch.setattr(upd, "_recompute_with_routing", record)
-    real_routing = upd._routing
+    real_routing = moe.routing_pass
 
     def routing(*a):  # the routing pass after each step (`moe/expert_change`) is not a replay either
         n = len(events)
         out = real_routing(*a)
         del events[n:]
         return out
-    monkeypatch.setattr(upd, "_routing", routing)
+    monkeypatch.setattr(moe, "routing_pass", routing)
     monkeypatch.setattr(upd, "policy_loss",
                         lambda lp, old, adv, *a: events.append(("loss", adv)) or real_loss(lp, old, adv, *a))
     hooks = [b.experts.register_forward_pre_hook(lambda m, args: events.append(("ids", args[1].clone())))
@@ -430,9 +430,9 @@ def test_recorded_router_probs_pick_the_routers_experts():
         assert torch.equal(p.topk(k, dim=-1).indices.sort(-1).values, e.sort(-1).values)
 
 
-def test_loop_takes_pi_old_from_the_packed_routing_pass(tiny_cfg, monkeypatch):
-    """Without Routing Replay, measuring `moe/expert_change` adds no pass before the update: one packed pass gives the
-    routing under pi_old and the later minibatch's pi_old (no `_recompute`), then one packed pass per optimiser step.
+def test_loop_takes_pi_old_from_the_routing_pass(tiny_cfg, monkeypatch):
+    """Without Routing Replay, measuring `moe/expert_change` adds no pass before the update: one routing pass gives the
+    routing under pi_old and the later minibatch's pi_old (no `_recompute`), then one routing pass per optimiser step.
     Every pi_old the loss sees is the padded recompute's, row for row, to float32 rounding."""
     from gpolib import update as upd
     from gpolib.models import EMBEDDED
@@ -444,8 +444,8 @@ def test_loop_takes_pi_old_from_the_packed_routing_pass(tiny_cfg, monkeypatch):
     batch.advantages = torch.linspace(-1, 1, B)  # distinct values name the rows
     ref = upd._recompute(tr.policy, tr.cfg, batch, torch.arange(B))  # (B, T), padded and length-bucketed
     passes, seen = [], []
-    real_pass, real_loss = upd._routing_pass, upd.policy_loss
-    monkeypatch.setattr(upd, "_routing_pass", lambda *a: passes.append(1) or real_pass(*a))
+    real_pass, real_loss = moe.routing_pass, upd.policy_loss
+    monkeypatch.setattr(moe, "routing_pass", lambda *a: passes.append(1) or real_pass(*a))
     monkeypatch.setattr(upd, "_recompute", lambda *a: pytest.fail("pi_old recomputed apart from the routing pass"))
     monkeypatch.setattr(upd, "policy_loss", lambda lp, old, adv, *a, **kw: seen.append((old, adv)) or
                         real_loss(lp, old, adv, *a, **kw))
@@ -460,8 +460,8 @@ def test_loop_takes_pi_old_from_the_packed_routing_pass(tiny_cfg, monkeypatch):
 @pytest.mark.parametrize("replay", [False, True])
 def test_expert_change_is_zero_when_the_update_does_not_move_the_policy(tiny_cfg, replay):
     """lr = 1e-12: the routing after each step is pi_old's, so the logged share is 0 whether pi_old's routing comes
-    from the packed pass or from Routing Replay's padded record moved to the packed order (`moe.to_packed`); a
-    misaligned layout would count about (k - overlap) / k of the slots as changed."""
+    from the routing pass or from Routing Replay's padded record moved to the real positions (`moe.to_real_positions`);
+    a misaligned layout would count about (k - overlap) / k of the slots as changed."""
     from gpolib.models import EMBEDDED
     from gpolib.train import Trainer
 
@@ -474,12 +474,21 @@ def test_expert_change_is_zero_when_the_update_does_not_move_the_policy(tiny_cfg
     assert all(metrics[f"moe/expert_change/l{i}"] < 1e-3 for i in range(4))
 
 
-def test_routing_pass_in_length_sorted_chunks_matches_the_packed_pass_position_for_position(tiny_cfg):
-    """`update._routing_pass` runs length-sorted padded chunks, yet hands back the routing in the packed (row-major)
-    order: in float64, where no near-tie can flip, every (position, layer, slot) expert is the packed pass's
-    (`completion_logps(packed=True)`, one sequence per row) and the log-probs agree to 1e-10; chunks of 1, 3 and all
-    the rows give the same record."""
-    from gpolib import update as upd
+def row_by_row(policy, ro) -> tuple:
+    """Each row alone, cut to its own tokens (no padding), rows in order: log-probs (B, T) and the routing of the real
+    positions, row-major."""
+    store, lps = [], []
+    with torch.inference_mode(), moe.record_routing(policy.model, store):
+        for i in range(len(ro.lengths)):
+            lps.append(policy.logps(ro, [i], chunk_rows=1))
+    return torch.cat(lps), moe.stack_by_layer(store, len(moe.routers(policy.model)))
+
+
+def test_routing_pass_in_length_sorted_chunks_matches_each_row_alone_position_for_position(tiny_cfg):
+    """`moe.routing_pass` runs length-sorted padded chunks, yet hands back the routing of the real positions in
+    row-major order: in float64, where no near-tie can flip, every (position, layer, slot) expert is that of the row
+    run alone (`row_by_row`) and the log-probs agree to 1e-10; chunks of 1, 3 and all the rows give the same record.
+    A padded record moved to the real positions (`moe.to_real_positions`, Routing Replay's) is the same record."""
     from gpolib.models import EMBEDDED
     from gpolib.train import Trainer
 
@@ -487,13 +496,17 @@ def test_routing_pass_in_length_sorted_chunks_matches_the_packed_pass_position_f
     batch = tr.collect(0)
     tr.policy.model.double()
     tr.policy.model.config._experts_implementation = "eager"  # torch's grouped matmul has no float64 kernel
-    ro, store = batch.rollout, []
-    with torch.inference_mode(), moe.record_routing(tr.policy.model, store):
-        lp_ref = tr.policy.logps(ro, chunk_rows=1, packed=True)
-    ref = moe.stack_by_layer(store, len(moe.routers(tr.policy.model)))
+    ro = batch.rollout
+    tr.policy.model.eval()
+    lp_ref, ref = row_by_row(tr.policy, ro)
     assert len(ro.lengths.unique()) > 1  # rows of several lengths: the sort moves them
+    padded: list = []
+    with torch.inference_mode(), moe.record_routing(tr.policy.model, padded):
+        tr.policy.logps(ro, chunk_rows=len(ro.lengths), bucket=False)
+    moved = moe.to_real_positions(moe.stack_by_layer(padded, len(ref)), moe.real_positions(ro))
+    assert all(torch.equal(a, b) for a, b in zip(ref, moved))
     for chunk_rows in (1, 3, len(batch.correct)):
-        lp, got = upd._routing_pass(tr.policy, dataclasses.replace(tr.cfg, micro_batch_rows=chunk_rows), batch)
+        lp, got = moe.routing_pass(tr.policy, ro, chunk_rows)
         assert len(got) == len(ref)
         for a, b in zip(ref, got):
             assert torch.equal(a, b)

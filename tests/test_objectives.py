@@ -6,16 +6,19 @@ import torch
 
 from gpolib import LossConfig
 from gpolib.metrics import Share
-from gpolib.objectives import (aggregate, clip_masks, clipped_surrogate, group_advantages, importance_ratio,
-                               k1_kl, k3_kl, policy_loss, sequence_log_ratio)
+from gpolib.objectives import (Cispo, Clip, aggregate, clip_masks, clipped_surrogate, group_advantages,
+                               importance_ratio, k1_kl, k3_kl, policy_loss, sequence_log_ratio)
 
 torch.manual_seed(0)
-GRPO = LossConfig(ratio_level="token", eps_low=0.2, eps_high=0.2, aggregation="seq_mean_token_mean")
-DAPO = LossConfig(ratio_level="token", eps_low=0.2, eps_high=0.28, aggregation="token_mean")
-DR = LossConfig(ratio_level="token", eps_low=0.2, eps_high=0.2, aggregation="seq_mean_token_sum_norm", max_len=100)
+GRPO = LossConfig(ratio_level="token", surrogate=Clip(eps_low=0.2, eps_high=0.2), aggregation="seq_mean_token_mean")
+DAPO = LossConfig(ratio_level="token", surrogate=Clip(eps_low=0.2, eps_high=0.28), aggregation="token_mean")
+DR = LossConfig(ratio_level="token", surrogate=Clip(eps_low=0.2, eps_high=0.2), aggregation="seq_mean_token_sum_norm",
+                max_len=100)
 ALL = [GRPO, DAPO, DR,
-       LossConfig(ratio_level="sequence", eps_low=3e-4, eps_high=4e-4, aggregation="seq_mean_token_mean"),
-       LossConfig(ratio_level="sequence_token", eps_low=3e-4, eps_high=4e-4, aggregation="seq_mean_token_mean")]
+       LossConfig(ratio_level="sequence", surrogate=Clip(eps_low=3e-4, eps_high=4e-4),
+                  aggregation="seq_mean_token_mean"),
+       LossConfig(ratio_level="sequence_token", surrogate=Clip(eps_low=3e-4, eps_high=4e-4),
+                  aggregation="seq_mean_token_mean")]
 
 
 def _mask(lengths, T):
@@ -118,7 +121,8 @@ def test_gspo_equals_grpo_for_one_token_responses():
     grads = []
     for level in ("token", "sequence", "sequence_token"):
         logps = (old + 0.3 * torch.randn(B, 1, generator=torch.Generator().manual_seed(1))).requires_grad_()
-        cfg = LossConfig(ratio_level=level, eps_low=0.2, eps_high=0.28, aggregation="seq_mean_token_mean")
+        cfg = LossConfig(ratio_level=level, surrogate=Clip(eps_low=0.2, eps_high=0.28),
+                         aggregation="seq_mean_token_mean")
         loss, _ = policy_loss(logps, old, adv, mask, cfg)
         loss.backward()
         grads.append((loss.item(), logps.grad.clone()))
@@ -137,7 +141,8 @@ def test_gspo_token_equals_gspo_value_and_gradient(eps):
     out = []
     for level in ("sequence", "sequence_token"):
         logps = (old + delta).requires_grad_()
-        cfg = LossConfig(ratio_level=level, eps_low=eps[0], eps_high=eps[1], aggregation="seq_mean_token_mean")
+        cfg = LossConfig(ratio_level=level, surrogate=Clip(eps_low=eps[0], eps_high=eps[1]),
+                         aggregation="seq_mean_token_mean")
         loss, info = policy_loss(logps, old, adv, mask, cfg)
         loss.backward()
         out.append((loss.item(), logps.grad.clone(), info["clip/frac"].value))
@@ -150,7 +155,8 @@ def test_sequence_ratio_broadcast_and_gradient_check():
     mask = _mask([3, 2], 3).double()
     old = torch.randn(2, 3, dtype=torch.float64)
     adv = torch.tensor([1.0, -1.0], dtype=torch.float64)
-    cfg = LossConfig(ratio_level="sequence", eps_low=0.99, eps_high=10.0, aggregation="seq_mean_token_mean")  # smooth
+    cfg = LossConfig(ratio_level="sequence", surrogate=Clip(eps_low=0.99, eps_high=10.0),
+                     aggregation="seq_mean_token_mean")  # smooth
     f = lambda lp: policy_loss(lp, old, adv, mask, cfg)[0]
     assert torch.autograd.gradcheck(f, (old + 0.1).clone().requires_grad_())
     r = importance_ratio(old + 0.1, old, mask, "sequence")
@@ -195,7 +201,8 @@ def test_clip_diagnostics_use_the_configured_ratio_level():
     old = torch.log(torch.tensor([[0.2, 0.4], [0.5, 0.5]]))
     logps = old + torch.log(torch.tensor([[1.5, 0.5], [1.3, 1.3]]))  # s_1 = sqrt(0.75) = 0.866, s_2 = 1.3
     mask, adv = torch.ones(2, 2), torch.tensor([1.0, 1.0])
-    seq = LossConfig(ratio_level="sequence", eps_low=0.2, eps_high=0.2, aggregation="seq_mean_token_mean")
+    seq = LossConfig(ratio_level="sequence", surrogate=Clip(eps_low=0.2, eps_high=0.2),
+                     aggregation="seq_mean_token_mean")
     _, info = policy_loss(logps, old, adv, mask, seq)
     assert info["clip/high"].total == 2  # both tokens of response 2, none of response 1
     assert info["clip/high_pi_old"].value == pytest.approx(0.5)  # pi_old of response 2's tokens
@@ -269,7 +276,7 @@ def test_policy_loss_kl_term():
     mask = torch.ones(2, 3)
     logps = torch.zeros(2, 3, requires_grad=True)
     ref = torch.full((2, 3), math.log(0.5))
-    cfg = LossConfig(ratio_level="token", eps_low=0.2, eps_high=0.2, aggregation="token_mean", beta=0.1)
+    cfg = LossConfig(ratio_level="token", surrogate=Clip(eps_low=0.2, eps_high=0.2), aggregation="token_mean", beta=0.1)
     loss, info = policy_loss(logps, logps.detach(), torch.zeros(2), mask, cfg, ref_logps=ref)
     k3 = 0.5 - math.log(0.5) - 1
     assert info["kl/mean"].value == pytest.approx(k3, rel=1e-6)
@@ -320,7 +327,7 @@ def test_log_ratio_range_counts_only_tokens_with_gradient():
     old, adv = torch.zeros(3, 5), torch.tensor([1.0, -1.0, 0.0])
     _, info = policy_loss(torch.log(r), old, adv, mask, DAPO)
     assert info["ratio/log_range"].value == pytest.approx(math.log(1.3) - math.log(0.5), rel=1e-6)
-    cispo = LossConfig(ratio_level="token", surrogate="cispo", eps_low=1.0, eps_high=0.2, aggregation="token_mean")
+    cispo = LossConfig(ratio_level="token", surrogate=Cispo(cap=1.2), aggregation="token_mean")
     _, info = policy_loss(torch.log(r), old, adv, mask, cispo)
     assert info["ratio/log_range"].value == pytest.approx(math.log(1.5) - math.log(0.5), rel=1e-6)
     a, b = (policy_loss(torch.log(r[[i]]), old[[i]], adv[[i]], mask[[i]], DAPO)[1]["ratio/log_range"] for i in (0, 1))
@@ -341,7 +348,7 @@ def test_engine_logps_without_correction_are_measured_not_applied():
     assert info["mismatch/max_log_ratio"].value == pytest.approx(math.log(3.0), rel=1e-6)
     k3 = [w - math.log(w) - 1 for w in (3.0, 1.0, 1.25)]
     assert info["mismatch/kl"].value == pytest.approx(sum(k3) / 3, rel=1e-6)
-    tis = LossConfig(ratio_level="token", eps_low=0.2, eps_high=0.2, aggregation="seq_mean_token_mean",
+    tis = LossConfig(ratio_level="token", surrogate=Clip(eps_low=0.2, eps_high=0.2), aggregation="seq_mean_token_mean",
                      mismatch_correction="token_truncate", mismatch_cap=2.0)
     corrected, tis_info = policy_loss(trainer, trainer, adv, mask, tis, engine_logps=engine)
     assert corrected.item() != plain.item()

@@ -33,7 +33,7 @@ def test_fields_and_loss_fields_reach_the_config():
     sets = parse_overrides(["steps=5", "loss_eps_high=0.28", "dtype=float32", "steps=7"])
     assert sets == {"steps": 7, "loss_eps_high": 0.28, "dtype": "float32"}  # a later FIELD wins
     cfg = presets.get("grpo", **sets)
-    assert (cfg.steps, cfg.loss.eps_high, cfg.dtype) == (7, 0.28, "float32")
+    assert (cfg.steps, cfg.loss.surrogate.eps_high, cfg.dtype) == (7, 0.28, "float32")
 
 
 @pytest.mark.parametrize("item, named", [("steps", "'steps'"), ("=3", "'=3'"), ("my field=3", "'my field=3'"),

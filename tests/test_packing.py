@@ -1,20 +1,14 @@
-"""The layouts of `completion_logps` against the padded one (left-padded prompts, right-padded completions, under
-an attention mask; `justify=False`):
-- packed (`packed=True`): the rows' real tokens in one sequence of batch 1, position ids restarting per row,
-  attention kept within each row by transformers' packed-sequence mask;
-- justified (the default): each row's prompt moved to column 0 and its completion after it, padding at the right
-  only, no attention mask (causal attention alone).
-Log-probs, entropies, a policy loss and the LoRA gradients equal the padded path's to 1e-6 relative (dense and MoE,
-prompts of different lengths, T != 1), and MoE routing recorded on the padded layout replays exactly on the packed
-one."""
+"""The justified layout of `completion_logps` (the default: each row's prompt moved to column 0 and its completion
+after it, padding at the right only, no attention mask: causal attention alone) against the padded one (left-padded
+prompts, right-padded completions, under an attention mask; `justify=False`): log-probs, entropies, a policy loss and
+the LoRA gradients equal the padded path's to 1e-6 relative (dense and MoE, prompts of different lengths, T != 1)."""
 import pytest
 import torch
 
-from gpolib import moe
 from gpolib.config import LossConfig
-from gpolib.logprobs import completion_logps, justified_layout, packed_layout
+from gpolib.logprobs import completion_logps, justified_layout
 from gpolib.models import EMBEDDED, load_policy
-from gpolib.objectives import policy_loss
+from gpolib.objectives import Clip, policy_loss
 
 TEMPERATURE = 0.7
 RTOL = 1e-6
@@ -51,7 +45,7 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).abs().max() / b.abs().max())
 
 
-LAYOUTS = {"padded": dict(justify=False), "packed": dict(packed=True), "justified": dict(justify=True)}
+LAYOUTS = {"padded": dict(justify=False), "justified": dict(justify=True)}
 """layout -> completion_logps' arguments"""
 
 
@@ -62,20 +56,11 @@ def _loss_and_grads(model, batch, layout: str, chunk_rows: int) -> tuple:
     mask = batch[3].to(lp.dtype)
     old = lp.detach() - 0.1 * torch.linspace(-1, 1, lp.shape[1], dtype=lp.dtype)[None] * mask  # ratios != 1: clipping active
     adv = torch.tensor([1.0, -0.5, 0.3, -1.2, 0.8], dtype=lp.dtype)
-    cfg = LossConfig(ratio_level="token", eps_low=0.2, eps_high=0.28, aggregation="seq_mean_token_mean")
+    cfg = LossConfig(ratio_level="token", surrogate=Clip(eps_low=0.2, eps_high=0.28), aggregation="seq_mean_token_mean")
     loss, _ = policy_loss(lp, old, adv, mask, cfg)
     loss.backward()
     grads = torch.cat([p.grad.flatten() for n, p in model.named_parameters() if p.requires_grad])
     return lp.detach(), ent, loss.detach(), grads
-
-
-def test_packed_layout_by_hand():
-    """Rows [pad, a, b | c, pad] and [d, e, f | g, h]: packed a b c d e f g h, positions 0 1 2 0 1 2 3 4; the
-    completion tokens c, g, h are predicted from b, f, g (packed indices 1, 5, 6)."""
-    keep, pos, predictor = packed_layout(torch.tensor([[0, 1, 1], [1, 1, 1]]), torch.tensor([[1, 0], [1, 1]]))
-    assert keep.tolist() == [[False, True, True, True, False], [True] * 5]
-    assert pos.tolist() == [0, 1, 2, 0, 1, 2, 3, 4]
-    assert predictor.tolist() == [1, 5, 6]
 
 
 def test_justified_layout_by_hand():
@@ -87,10 +72,9 @@ def test_justified_layout_by_hand():
     assert predictor.tolist() == [[1, 2], [2, 3]]
 
 
-@pytest.mark.parametrize("layout", ["packed", "justified"])
 @pytest.mark.parametrize("arch", ["dense", "moe"])
 @pytest.mark.parametrize("chunk_rows", [5, 2])
-def test_layout_equals_padded(layout, arch, chunk_rows):
+def test_layout_equals_padded(arch, chunk_rows, layout="justified"):
     model = _policy(arch)
     model.train()
     batch = _batch()
@@ -103,9 +87,8 @@ def test_layout_equals_padded(layout, arch, chunk_rows):
     assert _rel(g1, g0) < RTOL and float(g0.abs().max()) > 0
 
 
-@pytest.mark.parametrize("layout", ["packed", "justified"])
 @pytest.mark.parametrize("arch", ["dense", "moe"])
-def test_layout_equals_padded_in_float32(layout, arch):
+def test_layout_equals_padded_in_float32(arch, layout="justified"):
     model = _policy(arch, dtype="float32")
     model.train()
     batch = _batch()
@@ -114,8 +97,7 @@ def test_layout_equals_padded_in_float32(layout, arch):
     assert max(_rel(a, b) for a, b in zip(out1, out0)) < 1e-5
 
 
-@pytest.mark.parametrize("layout", ["packed", "justified"])
-def test_attention_stays_within_each_row(layout):
+def test_attention_stays_within_each_row(layout="justified"):
     """Changing row 0's tokens leaves every other row's log-probs exactly as they were; changing the token after a
     row's last completion token (padding, visible to no real position) changes nothing."""
     model = _policy("dense")
@@ -135,36 +117,5 @@ def test_attention_stays_within_each_row(layout):
 
 
 def test_layouts_need_a_prompt_token_per_row():
-    with pytest.raises(ValueError, match="packed=True"):
-        packed_layout(torch.tensor([[0, 0], [1, 1]]), torch.tensor([[1, 1], [1, 0]]))
     with pytest.raises(ValueError, match="justified chunk"):
         justified_layout(torch.tensor([[0, 0], [1, 1]]), torch.tensor([[1, 1], [1, 0]]))
-
-
-def test_padded_routing_record_replays_on_the_packed_sequence():
-    """Experts recorded on the padded rows (bucket=False, Routing Replay's pi_old pass), moved to the packed order by
-    `moe.to_packed`: the packed pass routes the real tokens as the padded one did, and forced experts replayed on
-    the packed sequence give the padded replay's log-probs."""
-    model = _policy("moe")
-    model.eval()
-    batch = _batch()
-    n_layers = len(moe.routers(model))
-    with torch.no_grad():
-        store: list = []
-        with moe.record_routing(model, store):
-            lp0 = completion_logps(model, *batch, temperature=TEMPERATURE, bucket=False)
-        padded = moe.stack_by_layer(store, n_layers)  # (B*(P+T), k) per layer
-        keep = torch.cat([batch[1], batch[3]], dim=1)
-        forced = [(e + 1) % 8 for e in padded]  # other experts (of 8) than the router's own choice
-        with moe.replay_routing(model, forced):
-            lp_pad = completion_logps(model, *batch, temperature=TEMPERATURE, bucket=False)
-        packed_rec: list = []
-        with moe.record_routing(model, packed_rec):  # the router's own choice on the packed sequence
-            completion_logps(model, *batch, temperature=TEMPERATURE, packed=True)
-        with moe.replay_routing(model, moe.to_packed(forced, keep)):
-            lp_pack = completion_logps(model, *batch, temperature=TEMPERATURE, packed=True)
-    assert all(torch.equal(a, b) for a, b in zip(moe.stack_by_layer(packed_rec, n_layers), moe.to_packed(padded, keep)))
-    assert _rel(lp_pack, lp_pad) < RTOL
-    assert (lp_pad - lp0).abs().max() > 1e-4  # the replay did change the experts
-    with pytest.raises(ValueError, match="routing record"):
-        moe.to_packed(padded, keep[:, 1:])

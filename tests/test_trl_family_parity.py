@@ -17,8 +17,7 @@ import pytest
 import torch
 
 from gpolib import presets
-from gpolib.is_weights import mismatch_weights
-from gpolib.objectives import policy_loss
+from gpolib.objectives import mismatch_weights, policy_loss
 
 trl = pytest.importorskip("trl", reason="TRL: make test installs the pinned `trl` extra")
 SCRIPT = Path(__file__).resolve().parents[1] / "scale" / "trl_grpo.py"
@@ -78,13 +77,15 @@ def assert_same(ours, theirs, logps):
     assert float((g_ours - g_theirs).abs().max()) <= TOL and float(g_ours.abs().max()) > 0
 
 
-def test_cispo_equals_trl_where_the_cap_binds(script, tmp_path):
-    cfg = small("cispo")
+@pytest.mark.parametrize("cap", [5.0, 1.28])
+def test_cispo_equals_trl_where_the_cap_binds(cap, script, tmp_path):
+    """TRL's cap is absolute (r <= epsilon_high): our Cispo.cap is exported as it is, ScaleRL's 5 and a tight 1.28."""
+    cfg = small("cispo", loss_cap=cap)
     logps, old, adv, mask, _ = batch()
     trainer = trainer_for(script, cfg, tmp_path, logps)
-    assert trainer.loss_type == "cispo" and trainer.epsilon_high == 5.0
+    assert trainer.loss_type == "cispo" and trainer.epsilon_high == cap
     ratio = torch.exp(logps.detach() - old)
-    assert 0 < int(((ratio > 5) & mask.bool()).sum()) < int(mask.sum())  # the cap binds on some tokens
+    assert 0 < int(((ratio > cap) & mask.bool()).sum()) < int(mask.sum())  # the cap binds on some tokens
     ours, _ = policy_loss(logps, old, adv, mask, cfg.loss)
     assert_same(ours, trainer._compute_loss(trainer.model, loss_inputs(mask, adv, old)), logps)
 

@@ -4,7 +4,7 @@ import torch
 
 from gpolib.models import EMBEDDED, load_policy
 from gpolib.rollout import Rollout
-from gpolib.objectives import gae, length_adaptive_lambda
+from gpolib.gae import gae, length_adaptive_lambda
 from gpolib.value import (ValueModel, cost_arithmetic, explained_variance, positive_lm_loss, pretrain,
                           token_advantages, value_loss, value_step)
 

@@ -4,7 +4,7 @@ import torch
 
 from gpolib.collect import Batch, step_seed
 from gpolib.metrics import Mean
-from gpolib.objectives import gae, terminal_rewards
+from gpolib.gae import gae, terminal_rewards
 from gpolib.train import Trainer
 from gpolib.value import positive_lm_loss
 from gpolib.value_loop import active_rows, has_signal, positive_lm_term, positive_tokens

@@ -16,7 +16,7 @@ import torch
 
 from gpolib import presets
 from gpolib.export import UnsupportedFeature, to_verl, verl_overrides
-from gpolib.objectives import ADV_EPS, group_advantages, policy_loss
+from gpolib.objectives import ADV_EPS, Cispo, Gmpo, group_advantages, policy_loss
 
 verl = pytest.importorskip("verl", reason="verl core algorithms: make test installs scale/requirements-verl-cpu.txt")
 from omegaconf import OmegaConf  # noqa: E402
@@ -33,7 +33,7 @@ VARIANTS = {  # every preset whose features verl has, plus the exported variants
     "dapo_seq_mean": dict(preset="dapo", loss_aggregation="seq_mean_token_mean"),
     "dr_grpo_rloo": dict(preset="dr_grpo", adv_scale="rloo"),  # verl's RLOO estimator, no epsilon
     "cispo": dict(), "gmpo": dict(),  # verl's "cispo" and "geo_mean" policy losses
-    "cispo_two_sided": dict(preset="cispo", loss_eps_low=0.2, loss_eps_high=0.28, loss_aggregation="seq_mean_token_mean"),
+    "cispo_two_sided": dict(preset="cispo", loss_floor=0.8, loss_cap=1.28, loss_aggregation="seq_mean_token_mean"),
     "grpo_tis": dict(preset="grpo", loss_mismatch_correction="token_truncate"),  # verl's rollout_correction
     "dapo_token_mask": dict(preset="dapo", loss_mismatch_correction="token_mask", loss_mismatch_cap=1.5),
     "grpo_sequence_tis": dict(preset="grpo", loss_mismatch_correction="sequence_truncate"),
@@ -76,7 +76,7 @@ def random_batch(cfg, n_groups=4, T=16, seed=0):
     lengths = torch.randint(1, T + 1, (B,), generator=g)
     mask = (torch.arange(T).unsqueeze(0) < lengths.unsqueeze(1)).float()  # (B, T)
     old = -3 * torch.rand(B, T, generator=g)  # log pi_old
-    spread = 0.3 if cfg.loss.ratio_level == "token" else 2 * cfg.loss.eps_high
+    spread = 0.3 if cfg.loss.ratio_level == "token" else 2 * cfg.loss.surrogate.eps_high  # a clip
     logps = old + spread * torch.randn(B, T, generator=g)
     if cfg.loss.ratio_level == "token":
         logps[:, 0] = old[:, 0] + 1.5  # ratio e^1.5 > 3 on some A < 0 tokens: verl's dual clip would bind there
@@ -145,11 +145,29 @@ def test_verl_loss_and_gradient_equal_ours(name):
     ratio = torch.exp(logps.detach() - old)
     if cfg.loss.ratio_level != "token":
         ratio = torch.exp(((logps.detach() - old) * mask).sum(1) / mask.sum(1)).unsqueeze(1).expand_as(mask)
-    lo, hi = 1 - cfg.loss.eps_low, 1 + cfg.loss.eps_high
-    if cfg.loss.surrogate == "gmpo":  # its range is in log space: (e^-eps_low, e^eps_high)
-        lo, hi = math.exp(-cfg.loss.eps_low), math.exp(cfg.loss.eps_high)
+    lo, hi = ratio_bounds(cfg.loss.surrogate)
     outside = ((ratio < lo) | (ratio > hi)) & mask.bool()
     assert 0 < float(outside.sum()) < float(mask.sum()) and float(g_ours.abs().max()) > 0
+
+
+def ratio_bounds(surrogate) -> tuple:
+    """Where the surrogate bounds the ratio: GMPO's log-space range, CISPO's absolute weight bounds, the clip's
+    1 +- eps."""
+    if isinstance(surrogate, Gmpo):
+        return math.exp(-surrogate.log_clip_low), math.exp(surrogate.log_clip_high)
+    if isinstance(surrogate, Cispo):
+        return surrogate.floor, surrogate.cap
+    return 1 - surrogate.eps_low, 1 + surrogate.eps_high
+
+
+@pytest.mark.parametrize("cap, floor", [(5.0, 0.0), (1.28, 0.8), (2.5, 0.3)])
+def test_cispo_absolute_bounds_reach_verl_as_its_relative_clip_ratios(cap, floor):
+    """verl clamps CISPO's weight to [1 - clip_ratio_low, 1 + clip_ratio_high]; ours holds the bounds themselves (as
+    TRL's epsilon_high is the cap itself, tests/test_trl_family_parity.py): verl's dataclass reads our bounds back."""
+    _, actor, _ = verl_config(to_verl(presets.get("cispo", loss_cap=cap, loss_floor=floor,
+                                                  loss_aggregation="seq_mean_token_mean")))
+    assert actor.policy_loss.loss_mode == "cispo"
+    assert (1 + actor.clip_ratio_high, 1 - actor.clip_ratio_low) == pytest.approx((cap, floor), abs=1e-12)
 
 
 def test_verl_default_epsilon_differs_only_by_the_documented_factor():

@@ -101,9 +101,9 @@ def fixed_loss_batch(B: int = 8, T: int = 12, seed: int = 0) -> dict:
 
 def gpolib_fixed_loss(batch: dict):
     from ..config import LossConfig
-    from ..objectives import policy_loss
+    from ..objectives import Clip, policy_loss
 
-    cfg = LossConfig(ratio_level="token", eps_low=EPS, eps_high=EPS, aggregation="seq_mean_token_mean")
+    cfg = LossConfig(ratio_level="token", surrogate=Clip(eps_low=EPS, eps_high=EPS), aggregation="seq_mean_token_mean")
     loss, _ = policy_loss(batch["logps"], batch["old_logps"], batch["advantages"], batch["mask"], cfg)
     return loss
 

@@ -1,9 +1,9 @@
 """Which decoder kernels this machine's CPU runs fastest: measured once per machine, not assumed.
 
 The C++ kernels are written for wide vector registers. On a CPU without AVX-512 their 16-float vectors are split
-by the compiler, and on one such CPU (an AMD EPYC exposing AVX2 only) the whole-step kernel's matmul ran at 2
-GFLOP/s against torch.mm's 60 (`benchmarks/decode_step.py`): a default fixed to "kernels on" made sampling 5x
-slower there. So the sampling engine's default (`SampleSpec(kernels=None)`, where no environment variable sets one:
+by the compiler, and on one such CPU (an AMD EPYC exposing AVX2 only) the whole-step kernel's matmul ran far below
+torch.mm's (benchmarks/README.md, "Timings that were in docstrings"): a default fixed to "kernels on" made sampling
+several times slower there. So the sampling engine's default (`SampleSpec(kernels=None)`, where no environment variable sets one:
 `native.forced`) is the fastest of `native.KERNELS` in a short timing of `Decoder.step` on a random dense model of the embedded policy's
 shape (128 rows at 120 cached positions, one thread, the best of 3 means of 10 calls per choice, interleaved).
 A kernel choice is kept unless another is at least `MARGIN` faster, so that a CPU where the paths are close keeps

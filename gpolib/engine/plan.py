@@ -2,8 +2,8 @@
 
 A tiny model's decode step is a few hundred small kernels. Two ways to use n cores:
   - intra-op threads (`torch.set_num_threads(n)`): each kernel split over n threads, which meet at a
-    barrier after every kernel; on a busy machine one descheduled thread stalls all of them
-    (measured here: 5 s -> 23-77 s per 128 x 200 tokens beside other jobs);
+    barrier after every kernel; on a busy machine one descheduled thread stalls all of them (several times
+    slower beside other jobs: benchmarks/README.md, "Timings that were in docstrings");
   - row shards: the batch split into n parts, each decoded by its own Python thread with one torch
     thread (kernels release the GIL, so the shards' kernels overlap; no barrier between them).
 With the whole-step kernel (`step_kernel`, dense float32 models) a (1, n) step is one call whose rows are split over

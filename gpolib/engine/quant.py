@@ -5,7 +5,7 @@ symmetrically, as torch's own quantizer does it:
     s_o = max_i |W_oi| / 127,   q_oi = clamp(round(W_oi / s_o), -128, 127),   W~_oi = s_o q_oi
 (`torch.quantize_per_channel` to qint8, zero point 0, then `.dequantize()`, `torch_int8_per_channel`: in float32,
 W_oi times the rounded reciprocal of s_o, rounded half to even; computed here in plain tensor ops, bit-equal to it
-(tested), ~3x faster per call and a w8a8 rollout 0.78x: `benchmarks/int8_quantizer.py`), so
+(tested), and faster (benchmarks/README.md, "Timings that were in docstrings"), so
 |W~_oi - W_oi| <= s_o / 2 = max_i |W_oi| / 254. The decoder then computes with W~ in float32: the weights carry 8
 bits, the matmuls, the activations and the KV cache stay float32 (weight-only quantization, W8A32). The embedding,
 the LM head and an MoE router are not quantized (as weight-only int8 schemes commonly keep them). This is format
@@ -37,7 +37,7 @@ def int8_per_channel(w: torch.Tensor) -> torch.Tensor:
 
 def torch_int8_per_channel(w: torch.Tensor) -> torch.Tensor:
     """`int8_per_channel` by torch's own quantizer (`quantize_per_channel` to qint8, zero point 0, `dequantize`): the
-    definition it equals bit for bit (tests/test_quant_engine.py, benchmarks/int8_quantizer.py), ~3x slower."""
+    definition it equals bit for bit (tests/test_quant_engine.py), slower (benchmarks/int8_quantizer.py)."""
     wf = w.detach().float()
     scale = (wf.abs().amax(dim=1) / 127).clamp(min=torch.finfo(torch.float32).tiny).double()  # (out,) s_o
     zero = torch.zeros(wf.shape[0], dtype=torch.long, device=wf.device)

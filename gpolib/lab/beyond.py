@@ -21,7 +21,7 @@ import pandas as pd
 import torch
 
 from .. import paths, presets
-from ..objectives import group_advantages, surrogate_terms
+from ..objectives import group_advantages
 from . import grpo, stats
 from .runs import end_accuracy, mean_over, run_key
 from .verdicts import EXACT_TOL, Exact, exact
@@ -70,14 +70,14 @@ RULES = {"C1": C1_RULE, "C2": C2_RULE, "C3": C3_RULE}
 MISMATCH_FILE = "benchmarks/engine_mismatch_cpu.json"
 """the engines' measured mismatch on one rollout per seed (`benchmarks/old_logps_drift.py`), C3's condition"""
 RUN_MISMATCH = ("mismatch/kl", "mismatch/max_log_ratio", "mismatch/clipped_share")
-"""what the W8A8 runs log at every update (`gpolib.is_weights.mismatch_diagnostics`)"""
+"""what the W8A8 runs log at every update (`gpolib.objectives.mismatch_diagnostics`)"""
 
 
 # ---------------------------------------------------------------- the surrogates on single tokens
 
 def token_gradients(ratios, advantages, objectives=("grpo", "dapo", "cispo", "gmpo")) -> pd.DataFrame:
     """d f / d log pi_theta of one token with ratio r = pi_theta / pi_old and advantage A, per objective (its preset's
-    `LossConfig`), by autograd through `objectives.surrogate_terms` on one-token responses (GMPO's geometric mean of
+    `LossConfig`), by autograd through its surrogate's `terms` on one-token responses (GMPO's geometric mean of
     one token is its own clipped ratio). Rows (r, A); columns the objectives. By hand: r A inside the clip, 0 where
     PPO's clip binds (r > 1 + eps_high with A > 0, r < 1 - eps_low with A < 0); CISPO clip(r) A always."""
     r = torch.tensor([float(x) for x in ratios for _ in advantages], dtype=torch.float64).unsqueeze(1)  # (N, 1)
@@ -87,7 +87,7 @@ def token_gradients(ratios, advantages, objectives=("grpo", "dapo", "cispo", "gm
     for name in objectives:
         cfg = presets.get(name).loss
         logps = torch.log(r).requires_grad_(True)
-        f = surrogate_terms(logps, old, torch.exp(logps - old), adv, torch.ones_like(r), cfg)  # (N, 1)
+        f = cfg.surrogate.terms(logps, old, torch.exp(logps - old), adv, torch.ones_like(r))  # (N, 1)
         (g,) = torch.autograd.grad(f.sum(), logps)
         out[name] = g[:, 0].tolist()
     return pd.DataFrame(out).set_index(["r", "A"])
@@ -113,17 +113,29 @@ PAIRS = {
 """claim id -> label -> (evidence key A, key B): the paired differences shown beside its verdict (`paired_table`)"""
 
 
-def _run_mean(metrics: dict, arm: str, key: str, seeds) -> list:
-    """Per seed: mean of `key` over the run's steps that logged it (NaN where none did)."""
-    return [mean_over(metrics[run_key(arm, s)], key) for s in seeds]
+def _run_mean(metrics: dict, arm: str, key, seeds) -> list:
+    """Per seed: mean of `key` over the run's steps that logged it (NaN where none did); `key` a tuple of names: the
+    first the run logged."""
+    out = []
+    for s in seeds:
+        rows = metrics[run_key(arm, s)]
+        names = (key,) if isinstance(key, str) else key
+        out.append(mean_over(rows, next((k for k in names if any(k in row for row in rows)), names[0])))
+    return out
+
+
+CISPO_CAPPED = ("capped/frac", "clip/frac")
+"""CISPO's share of tokens whose IS weight its cap holds: its own name, and the name its runs logged before each
+surrogate reported only its own diagnostics (the committed runs; the same count)"""
 
 
 def c1_evidence(summaries: dict, metrics: dict, seeds) -> dict:
     """C1 per seed: end accuracy of CISPO and DAPO (no dynamic sampling), and the run mean of the per-step share of
-    tokens whose gradient DAPO's clip removes (`clip/frac`) and of tokens whose IS weight CISPO caps (gradient kept)."""
+    tokens whose gradient DAPO's clip removes (`clip/frac`) and of tokens whose IS weight CISPO caps (gradient kept,
+    `CISPO_CAPPED`)."""
     return {"acc_cispo": end_accuracy(summaries, "cispo_mu4", seeds), "acc_dapo": end_accuracy(summaries, "dapo_mu4", seeds),
             "clip_share_dapo": _run_mean(metrics, "dapo_mu4", "clip/frac", seeds),
-            "clip_share_cispo": _run_mean(metrics, "cispo_mu4", "clip/frac", seeds)}
+            "clip_share_cispo": _run_mean(metrics, "cispo_mu4", CISPO_CAPPED, seeds)}
 
 
 def c2_evidence(summaries: dict, metrics: dict, seeds) -> dict:
@@ -278,7 +290,8 @@ def _c2(v: stats.Verdict, e: dict) -> str:
     acc = _say(v.parts[1], f"GMPO's accuracy was within {margin:g} of GRPO's or above",
                f"GMPO's accuracy was more than {margin:g} below GRPO's",
                f"our seeds cannot tell whether GMPO's accuracy is within {margin:g} of GRPO's")
-    clips = (f"[{-p.eps_low:g}, {p.eps_high:g}] (GMPO) and [{math.log(1 - g.eps_low):.3f}, "
+    p, g = p.surrogate, g.surrogate
+    clips = (f"[{-p.log_clip_low:g}, {p.log_clip_high:g}] (GMPO) and [{math.log(1 - g.eps_low):.3f}, "
              f"{math.log(1 + g.eps_high):.3f}] (GRPO)")
     return (f"C2 ({v.word}): {narrow} (tokens with a gradient, GRPO - GMPO); {acc}. The clips bound the log ratios "
             f"that keep a gradient, on the side the advantage pushes, at {clips}.")
@@ -316,33 +329,18 @@ def statements(verdicts: dict, evidence: dict) -> list:
 
 # ---------------------------------------------------------------- the workbook's objectives on the three axes
 
-NOTEBOOK_OF = {"grpo": "01", "dapo": "03", "gspo": "04", "gfpo": "05", "dr_grpo": "06", "ppo": "07", "vapo": "07",
-               "cispo": "09", "gmpo": "09"}
-"""preset -> the notebook that replicates it"""
 AGGREGATION = {"seq_mean_token_mean": "mean over responses of each one's token mean",
                "token_mean": "mean over the batch's tokens",
                "seq_mean_token_sum_norm": "token sum / (B L_max), a constant"}
 """LossConfig.aggregation -> in words"""
 
 
-def _clipping(lc) -> str:
-    """What the surrogate clips, with its bounds, short (a table cell)."""
-    if lc.surrogate == "cispo":
-        low = "" if lc.eps_low >= 1 else f" and {1 - lc.eps_low:g}"
-        return f"IS weight at {1 + lc.eps_high:g}{low} (stop-gradient); no gradient zeroed"
-    if lc.surrogate == "gmpo":
-        return f"token log ratios clipped to [-{lc.eps_low:g}, {lc.eps_high:g}], then mean"
-    unit = "response" if lc.ratio_level == "sequence" else "token"
-    return f"PPO clip of the {unit} ratio, [{1 - lc.eps_low:g}, {1 + lc.eps_high:g}]"
-
-
 def axes(cfg) -> dict:
     """One objective on the three axes (ratio granularity, sampling, clipping), with its aggregation and advantage,
     read from its TrainConfig (not typed by hand)."""
     lc = cfg.loss
-    granularity = {"token": "token", "sequence": "sequence (length-normalised)"}.get(lc.ratio_level, lc.ratio_level)
-    if lc.surrogate == "gmpo":
-        granularity = "sequence: geometric mean of token ratios"
+    granularity = lc.surrogate.granularity or {"token": "token", "sequence": "sequence (length-normalised)"}.get(
+        lc.ratio_level, lc.ratio_level)
     sampling = f"all G = {cfg.group_size}"
     if cfg.dynamic_sampling:
         sampling = f"dynamic: only groups of mixed reward, G = {cfg.group_size}"
@@ -354,12 +352,13 @@ def axes(cfg) -> dict:
     else:
         advantage = {"group": "(r - mean) / std of the group", "none": "r - mean of the group",
                      "rloo": "r - mean of the other G - 1", "batch": "(r - mean) / std of the batch"}[cfg.adv_scale]
-    return {"granularity": granularity, "sampling": sampling, "clipping": _clipping(lc),
+    return {"granularity": granularity, "sampling": sampling, "clipping": lc.surrogate.clipping(lc),
             "aggregation": AGGREGATION[lc.aggregation], "advantage": advantage}
 
 
 def axes_table() -> pd.DataFrame:
-    """Every preset of the workbook (and RLOO, an advantage on Dr. GRPO's loss) on the three axes, with its notebook."""
-    rows = {name: {**axes(presets.get(name)), "notebook": NOTEBOOK_OF[name]} for name in presets.PRESETS}
+    """Every preset of the workbook (and RLOO, an advantage on Dr. GRPO's loss) on the three axes, with its notebook
+    (`presets.RECIPES`)."""
+    rows = {name: {**axes(presets.get(name)), "notebook": r.notebook or "-"} for name, r in presets.RECIPES.items()}
     rows["rloo"] = {**axes(presets.get("dr_grpo", adv_scale="rloo")), "notebook": "09 (C4)"}
     return pd.DataFrame.from_dict(rows, orient="index")

@@ -21,7 +21,7 @@ import torch
 
 from ..config import LossConfig
 from ..metrics import mean_of
-from ..objectives import group_advantages
+from ..objectives import Clip, group_advantages
 from ..rewards import soft_overlong_penalty
 from . import stats
 from .equivalence import delta_for
@@ -204,7 +204,7 @@ def aggregation_weights(lengths, rewards, G: int, aggregations=("seq_mean_token_
     adv = group_advantages(torch.as_tensor(rewards, dtype=torch.float32), G, "group")  # (B,)
     rows = []
     for agg in aggregations:
-        cfg = LossConfig(ratio_level="token", eps_low=0.2, eps_high=0.28, aggregation=agg)
+        cfg = LossConfig(ratio_level="token", surrogate=Clip(eps_low=0.2, eps_high=0.28), aggregation=agg)
         w = token_weights(cfg, lengths, adv)  # (B, T)
         for i, n in enumerate(lengths):
             wi = w[i, :n]

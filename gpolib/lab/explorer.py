@@ -20,7 +20,7 @@ import seaborn as sns
 import torch
 
 from ..config import LossConfig
-from ..objectives import clipped_surrogate, group_advantages, policy_loss
+from ..objectives import Clip, clipped_surrogate, group_advantages, policy_loss
 from ..validation import ADV_SCALES, AGGREGATIONS, RATIO_LEVELS  # noqa: F401  (AGGREGATIONS: re-exported)
 
 LEVELS, SCALES = RATIO_LEVELS, ADV_SCALES
@@ -60,7 +60,7 @@ class State:
     def loss(self, aggregation: str) -> LossConfig:
         """The LossConfig of this state under `aggregation` (Dr. GRPO's max_len: at least long_len)."""
         max_len = max(self.max_len, self.long_len) if aggregation == "seq_mean_token_sum_norm" else None
-        return LossConfig(ratio_level=self.ratio_level, eps_low=self.eps_low, eps_high=self.eps_high,
+        return LossConfig(ratio_level=self.ratio_level, surrogate=Clip(eps_low=self.eps_low, eps_high=self.eps_high),
                           aggregation=aggregation, max_len=max_len)
 
 
@@ -74,7 +74,7 @@ def surrogate_curves(eps_low: float, eps_high: float, ratios=None, advantages=(1
     n, k = len(ratios), len(advantages)
     r = torch.tensor(np.tile(ratios, k), dtype=torch.float64, requires_grad=True)  # (N,)
     adv = torch.tensor(advantages, dtype=torch.float64).repeat_interleave(n)  # (N,)
-    cfg = LossConfig(ratio_level="token", eps_low=eps_low, eps_high=eps_high,
+    cfg = LossConfig(ratio_level="token", surrogate=Clip(eps_low=eps_low, eps_high=eps_high),
                      aggregation="seq_mean_token_sum_norm", max_len=1)
     ones = torch.ones(n * k, 1, dtype=torch.float64)  # (N, 1) mask: one token each
     loss, _ = policy_loss(torch.log(r).unsqueeze(1), torch.zeros_like(ones), adv, ones, cfg)

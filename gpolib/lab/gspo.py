@@ -110,9 +110,11 @@ def one_token_err(batch: dict, cfg: LossConfig) -> tuple[float, float]:
 
 
 def clipped_rows(batch: dict, cfg: LossConfig) -> int:
-    """Responses whose sequence ratio lies outside [1 - eps_low, 1 + eps_high] (clip may act), Eq. 5."""
+    """Responses whose sequence ratio lies outside [1 - eps_low, 1 + eps_high] of the config's clip (where it may act),
+    Eq. 5."""
+    clip = cfg.surrogate
     s = torch.exp(sequence_log_ratio(batch["logps"], batch["old_logps"], batch["mask"]))  # (B,)
-    return int(((s < 1 - cfg.eps_low) | (s > 1 + cfg.eps_high)).sum())
+    return int(((s < 1 - clip.eps_low) | (s > 1 + clip.eps_high)).sum())
 
 
 # ---------------------------------------------------------------- Sec. 5.2: training summaries

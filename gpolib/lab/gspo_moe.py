@@ -85,7 +85,7 @@ COLLAPSE = 0.05
 def layer_means(metrics: list) -> list:
     """Per layer, the run-mean of `moe/expert_change/l{i}`: the share of the rollout's activated (token, slot)
     experts that the policy routes elsewhere than pi_old after each optimiser step (mean over a step's mu
-    updates, `update._routing_moved`), over the steps that logged it. [] for a run that logged none."""
+    updates, `moe.ExpertChange`), over the steps that logged it. [] for a run that logged none."""
     n = len({k for r in metrics for k in r if k.startswith("moe/expert_change/l")})
     return [mean_over(metrics, f"moe/expert_change/l{i}") for i in range(n)]
 
@@ -189,8 +189,9 @@ def engine_mismatch(trainer) -> dict:
     eng, mask = ro.sample_logps.double(), ro.completion_mask.double()  # (B, T)
     out = mismatch_stats(eng, lp, mask)
     out["token"] = token_mismatch(eng, lp, mask)  # (n_tokens,)
+    clip = trainer.cfg.loss.surrogate  # GSPO's clip of the sequence ratio
     out["sequence"] = sequence_mismatch(eng, lp, mask)  # (B,)
-    out["seq_clipped"] = clipped_by_mismatch(out["sequence"], trainer.cfg.loss.eps_low, trainer.cfg.loss.eps_high)
+    out["seq_clipped"] = clipped_by_mismatch(out["sequence"], clip.eps_low, clip.eps_high)
     return out
 
 

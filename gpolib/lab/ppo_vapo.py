@@ -20,7 +20,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..objectives import decoupled_gae, gae, group_advantages, length_adaptive_lambda, terminal_rewards
+from ..gae import decoupled_gae, gae, length_adaptive_lambda, terminal_rewards
+from ..objectives import group_advantages
 from . import grpo, stats
 from .prose import say
 from .runs import arm_table, run_key  # noqa: F401  (arm_table: notebook 07 calls it here)

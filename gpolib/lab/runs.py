@@ -103,15 +103,25 @@ def config_diff(a: TrainConfig, b: TrainConfig) -> dict:
 
 
 def arm_table(configs: dict, seed: int = 0) -> pd.DataFrame:
-    """The fields in which the arms' configurations of one seed differ (loss fields as `loss.<name>`): rows
-    fields, columns arms. Everything not listed (model, budget, lr, seeds, G) is shared."""
-    def flat(c):
-        d = c.to_dict()
-        return {**{k: v for k, v in d.items() if k != "loss"}, **{f"loss.{k}": v for k, v in d["loss"].items()}}
-    arms = {name.split("/")[0]: flat(c) for name, c in configs.items() if name == run_key(name.split("/")[0], seed)}
-    fields = [k for k in next(iter(arms.values())) if k != "name" and len({repr(a[k]) for a in arms.values()}) > 1]
-    return pd.DataFrame({arm: {k: repr(a[k]) if a[k] is None else a[k] for k in fields} for arm, a in arms.items()}
-                        ).astype(str)
+    """The fields in which the arms' configurations of one seed differ (loss fields last, as `loss.<name>`, a
+    surrogate's parameters beside `loss.surrogate`; '-' where an arm's surrogate has no such parameter): rows fields,
+    columns arms. Everything not listed (model, budget, lr, seeds, G) is shared."""
+    arms = {name.split("/")[0]: _flat(c.to_dict()) for name, c in configs.items()
+            if name == run_key(name.split("/")[0], seed)}
+    value = lambda a, k: repr(a[k]) if a.get(k, "-") is None else a.get(k, "-")  # noqa: E731
+    keys = sorted(_merged(list(a) for a in arms.values()), key=lambda k: k.startswith("loss."))  # stable
+    fields = [k for k in keys if k != "name" and len({repr(value(a, k)) for a in arms.values()}) > 1]
+    return pd.DataFrame({arm: {k: value(a, k) for k in fields} for arm, a in arms.items()}).astype(str)
+
+
+def _merged(orders) -> list:
+    """Ordered key lists as one: each key first met placed right after the key before it in its own list."""
+    out: list = []
+    for keys in orders:
+        for i, k in enumerate(keys):
+            if k not in out:
+                out.insert(out.index(keys[i - 1]) + 1 if i else 0, k)
+    return out
 
 
 def end_accuracy(summaries_by_run: dict, arm: str, seeds) -> list:
@@ -153,10 +163,16 @@ _ARM_SUFFIX = re.compile(r"(-seed\d+)?(-[0-9a-f]{8})?$")
 
 
 def _flat(config: dict, prefix: str = "") -> dict:
-    """Nested config dict -> one level, nested keys joined by '.': {"loss": {"eps_low": 0.2}} -> {"loss.eps_low": 0.2}."""
+    """Nested config dict -> one level, nested keys joined by '.': {"loss": {"eps_low": 0.2}} -> {"loss.eps_low": 0.2};
+    the surrogate, stored as {"name": ..., its parameters}, as `loss.surrogate` (its name) beside `loss.<parameter>`,
+    the columns of the runs recorded when its parameters were LossConfig fields."""
     out = {}
     for k, v in config.items():
-        if isinstance(v, dict):
+        if k == "surrogate" and isinstance(v, dict):
+            params = dict(v)
+            out[f"{prefix}{k}"] = params.pop("name")
+            out.update(_flat(params, prefix))
+        elif isinstance(v, dict):
             out.update(_flat(v, f"{prefix}{k}."))
         else:
             out[f"{prefix}{k}"] = v
