@@ -200,10 +200,10 @@ def write_model_card(out_dir: str | Path, metrics: dict | None = None) -> Path:
     log = json.loads((out / "train_log.json").read_text())
     cfg = json.loads((out / "config.json").read_text())
     if metrics is not None:
-        (out / "base_metrics.json").write_text(json.dumps(metrics, indent=1))
+        folders.write_text(out / "base_metrics.json", json.dumps(metrics, indent=1))
     elif (out / "base_metrics.json").exists():
         metrics = json.loads((out / "base_metrics.json").read_text())
-    (out / "README.md").write_text(_card_text(log, cfg, metrics))
+    folders.write_text(out / "README.md", _card_text(log, cfg, metrics))
     return out / "README.md"
 
 

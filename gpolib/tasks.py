@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .paths import repo_root, resolve
+from .folders import write_text
 from .taskfile import check_vocabulary, load_tasks  # noqa: F401  (the task file's reader lives beside)
 
 OPS = ("+", "-", "*")
@@ -215,7 +216,7 @@ def write_splits(out_dir: str | Path = "data/tasks", seed: int = 0, sizes: dict 
     paths = {}
     for name, rows in make_splits(seed, sizes).items():
         paths[name] = out / f"{name}.jsonl"
-        paths[name].write_text("".join(json.dumps(r) + "\n" for r in rows))
+        write_text(paths[name], "".join(json.dumps(r) + "\n" for r in rows))
     return paths
 
 

@@ -213,3 +213,349 @@ def test_summary_that_is_not_a_strict_object_is_named(text, needle, finished, tm
 
 def test_complete_finished_run_passes(finished):
     assert RunDir(finished, presets.get("grpo", **TINY)).incomplete() is None
+
+
+# --- 2. committed reports are replaced only by complete ones; 3. no hang, an interrupt is one line ----------------
+RUNNER = """
+import sys
+from gpolib.workbook import workbook as W
+root, nbs = sys.argv[1], sys.argv[2]
+W._reproduce_cli = lambda a: (W.reproduce("smoke", ["90"], root=root, notebooks_dir=nbs, build_report=False), 0)[1]
+sys.exit(W.main(["reproduce", "--profile", "smoke", "--only", "90"]))
+"""
+
+
+def _seeded_reports(tmp_path: Path):
+    """A root whose smoke executed copy and HTML of notebook 90 hold known bytes (stand-ins for committed ones)."""
+    from gpolib import paths
+    ex, html = paths.executed_dir("smoke", tmp_path), paths.html_dir("smoke", tmp_path)
+    ex.mkdir(parents=True)
+    html.mkdir(parents=True)
+    (ex / "90_objectives_explorer.ipynb").write_bytes(b'{"committed": "executed copy"}\n')
+    (html / "90_objectives_explorer.html").write_bytes(b"<html>committed</html>\n")
+    return ex, html
+
+
+def _start_runner(tmp_path: Path):
+    import subprocess
+    import sys
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-c", RUNNER, str(tmp_path), str(ROOT / "notebooks")], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _wait_for(cond, proc, seconds=240):
+    import time
+    end = time.time() + seconds
+    while time.time() < end and proc.poll() is None:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.parametrize("signal_", ["SIGKILL", "SIGINT"])
+def test_a_notebook_stopped_mid_run_leaves_the_committed_copy_and_html_as_they_were(signal_, tmp_path):
+    import signal
+    ex, html = _seeded_reports(tmp_path)
+    before = tree(tmp_path / "reports")
+    proc = _start_runner(tmp_path)
+    started = _wait_for(lambda: any(ex.glob(".90_objectives_explorer.tmp*")), proc)
+    assert started, proc.communicate()
+    if signal_ == "SIGKILL":  # the runner and its kernel, as a machine's OOM killer or a closed terminal would
+        os.killpg(proc.pid, signal.SIGKILL)
+    else:  # Ctrl-C reaches the runner (the kernel runs in its own session under jupyter_client)
+        os.kill(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    after = {k: v for k, v in tree(tmp_path / "reports").items() if not k.endswith((".failed.ipynb",))
+             and not Path(k).name.startswith(".")}
+    assert after == before
+    if signal_ == "SIGINT":
+        assert proc.returncode == 130 and one_line(err) and "interrupted" in err, err
+
+
+def test_a_finished_notebook_replaces_both_files_and_leaves_no_temporary(tmp_path):
+    ex, html = _seeded_reports(tmp_path)
+    proc = _start_runner(tmp_path)
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    text = (ex / "90_objectives_explorer.ipynb").read_text()
+    nb = json.loads(text)
+    assert nb["metadata"]["papermill"]["output_path"].endswith("reports/smoke/executed/90_objectives_explorer.ipynb")
+    assert "<html>committed" not in (html / "90_objectives_explorer.html").read_text()
+    assert sorted(p.name for p in ex.iterdir()) == ["90_objectives_explorer.ipynb"]
+
+
+@pytest.mark.parametrize("prefix,profile,want", [("90", "full", 120), ("90", "smoke", 120), ("01", "full", 4 * 3600),
+                                                 ("09", "gpu", 4 * 3600), ("01", "smoke", 900)])
+def test_every_notebook_runs_under_a_cell_timeout(prefix, profile, want):
+    from gpolib.workbook.execution import cell_timeout
+    from gpolib.workbook.workbook import Job
+    assert cell_timeout(Job(prefix, Path(f"{prefix}_x.ipynb"), {"PROFILE": profile})) == want
+
+
+def test_a_cell_past_its_timeout_fails_the_notebook_instead_of_hanging(tmp_path, monkeypatch):
+    import nbformat
+    from gpolib.workbook import execution
+    from gpolib.workbook.workbook import Job
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "language": "python",
+                                                           "display_name": "Python 3"}})
+    nb.cells = [nbformat.v4.new_code_cell('PROFILE = "smoke"', metadata={"tags": ["parameters"]}),
+                nbformat.v4.new_code_cell("import time\ntime.sleep(600)")]
+    src = tmp_path / "91_sleep.ipynb"
+    nbformat.write(nb, str(src))
+    monkeypatch.setattr(execution, "QUIET_CELL_TIMEOUT_S", 3)
+    monkeypatch.setattr("gpolib.workbook.workbook.TRAINS_NOTHING", ("91",))
+    import time
+    t0 = time.time()
+    with pytest.raises(execution.NotebookFailed, match="ran past the cell timeout of 3 s"):
+        execution.execute(Job("91", src, {"PROFILE": "smoke"}), tmp_path / "ex" / "91_sleep.ipynb",
+                          tmp_path / "html" / "91_sleep.html")
+    assert time.time() - t0 < 120
+    assert not (tmp_path / "ex" / "91_sleep.ipynb").exists() and (tmp_path / "ex" / "91_sleep.failed.ipynb").exists()
+
+
+def test_atomic_write_that_fails_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
+    import errno
+    f = tmp_path / "claims.json"
+    f.write_text("old\n")
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(folders.os, "fsync", full)
+    with pytest.raises(OSError, match="claims.json"):
+        folders.write_text(f, "new\n")
+    assert f.read_text() == "old\n" and sorted(p.name for p in tmp_path.iterdir()) == ["claims.json"]
+
+
+@pytest.mark.parametrize("writer", ["jsonio.write", "plots.save", "report._write_if_changed", "panel.write_table"])
+def test_every_report_writer_goes_through_the_atomic_write(writer, tmp_path, monkeypatch):
+    """Each writer of a file under reports/ fails as a whole when the write fails: the old file stays."""
+    import errno
+
+    import pandas as pd
+
+    def refuse(path, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+    monkeypatch.setattr(folders, "write_bytes", refuse)
+    target = tmp_path / "reports" / "x"
+    target.parent.mkdir()
+    if writer == "jsonio.write":
+        from gpolib import jsonio
+        target.write_text("old")
+        call = lambda: jsonio.write(target, {"a": 1})  # noqa: E731
+    elif writer == "plots.save":
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from gpolib.lab import plots
+        target = tmp_path / "figures" / "f.png"
+        target.parent.mkdir()
+        target.write_text("old")
+        monkeypatch.setattr(plots.paths, "figures_dir", lambda profile, root=None: target.parent)
+        call = lambda: plots.save(plt.figure(), "f", "smoke")  # noqa: E731
+    elif writer == "report._write_if_changed":
+        from gpolib.lab import report
+        target.write_text("old")
+        call = lambda: report._write_if_changed(target, "new")  # noqa: E731
+    else:
+        from gpolib.lab import panel
+        target = tmp_path / "reports" / panel.TABLE
+        target.write_text("old")
+        call = lambda: panel.write_table(pd.DataFrame({"a": [1.0]}), target.parent)  # noqa: E731
+    with pytest.raises(OSError, match="disk is full|No space"):
+        call()
+    assert target.read_text() == "old"
+
+
+# --- 4 (cont.). reuse of cached artefacts only when complete ----------------------------------------------------
+def _entry(**kw):
+    e = {"step": 0, "acc/sample": 0.25, "acc/greedy": 0.5, "len/mean": 40.0, "len/correct": 30.0,
+         "len/incorrect": 44.0, "trunc/frac": 0.0}
+    e.update(kw)
+    return e
+
+
+@pytest.mark.parametrize("entry,ok", [
+    (_entry(), True), ({}, False), ([], False), (None, False), (_entry(step=1), False),
+    ({k: v for k, v in _entry().items() if k != "acc/greedy"}, False), (_entry(**{"acc/sample": 1.5}), False),
+    (_entry(**{"acc/sample": float("nan")}), False), (_entry(**{"len/mean": -1.0}), False),
+    (_entry(**{"trunc/frac": "0"}), False), (_entry(**{"acc/greedy": True}), False),
+    (_entry(**{"len/mean": float("inf")}), False), (_entry(**{"len/correct": None}), True),
+])
+def test_step0_cache_entry_is_reused_only_when_complete(entry, ok):
+    from gpolib import eval_cache
+    assert eval_cache.valid(entry) is ok
+
+
+def test_step0_cache_entry_of_an_empty_object_is_computed_again(tmp_path, monkeypatch):
+    from gpolib import eval_cache
+    monkeypatch.setenv("GPOLIB_CACHE_DIR", str(tmp_path))
+    cfg = presets.get("grpo", **TINY)
+
+    class FakeTrainer:
+        def __init__(self):
+            self.cfg, self.calls = cfg, 0
+
+        def evaluate(self, step):
+            self.calls += 1
+            return _entry()
+    tr = FakeTrainer()
+    path = eval_cache.cache_dir() / f"{eval_cache.key(cfg)}.json"
+    path.parent.mkdir(parents=True)
+    path.write_text("{}")
+    with pytest.warns(UserWarning, match="incomplete"):
+        assert eval_cache.step0(tr) == _entry()
+    assert tr.calls == 1 and json.loads(path.read_text()) == _entry()
+    assert eval_cache.step0(tr) == _entry() and tr.calls == 1  # the good entry is now reused
+
+
+def _panel_file(tmp_path, counts, **meta_over):
+    from gpolib.lab import panel
+    meta = {**panel._meta(4, tmp_path), **meta_over}
+    (tmp_path / panel.FILE).write_text(json.dumps({**meta, "counts": counts}))
+    return tmp_path / panel.FILE
+
+
+@pytest.mark.parametrize("counts,keep", [
+    ({"0": [0, 8, 3, 4], "10": [1, 1, 1, 1]}, ["0", "10"]),
+    ({"0": [0, 8, 3]}, []),  # cut short
+    ({"0": [0, 8, 3, 9]}, []),  # above the samples
+    ({"0": [0, 8, 3, -1]}, []),
+    ({"0": [0, 8, 3, 2.5]}, []),
+    ({"0": [0, 8, 3, True]}, []),
+    ({"0": "0,8,3,4"}, []),
+    ({"0": [0, 8, 3, 4], "10": [1, 1]}, ["0"]),
+])
+def test_panel_counts_are_reused_only_when_complete(counts, keep, tmp_path):
+    import warnings as W
+    from gpolib.lab import panel
+    path = _panel_file(tmp_path, counts)
+    with W.catch_warnings(record=True) as caught:
+        W.simplefilter("always")
+        got = panel.kept_counts(path, 4, tmp_path)
+    assert sorted(got) == keep and (len(caught) > 0) == (len(keep) < len(counts))
+
+
+@pytest.mark.parametrize("text", ['{"prompts": 4, "counts": {"0": [NaN', '{"counts": {"0": [NaN, 1, 1, 1]}}', "", "[]"])
+def test_panel_file_that_does_not_parse_is_computed_again(text, tmp_path):
+    from gpolib.lab import panel
+    (tmp_path / panel.FILE).write_text(text)
+    with pytest.warns(UserWarning) if text not in ("[]",) else _nothing():
+        assert panel.kept_counts(tmp_path / panel.FILE, 4, tmp_path) == {}
+
+
+def _nothing():
+    import contextlib
+    return contextlib.nullcontext()
+
+
+@pytest.fixture(scope="module")
+def ratio_run(tmp_path_factory):
+    """A ratio run's two files as notebook 02 writes them: 3 steps x 4 responses."""
+    import numpy as np
+    import pandas as pd
+    from gpolib.lab import ratio_prefix
+    d = tmp_path_factory.mktemp("ratio")
+    lengths = np.array([3, 1, 2, 4] * 3)
+    df = pd.DataFrame({"step": np.repeat([0, 1, 2], 4), "prompt": [0, 0, 1, 1] * 3, "length": lengths,
+                       "log_prod_rho": 0.1, "log_s": 0.01, "advantage": [1.0, -1.0] * 6})
+    df.to_csv(d / "ratios.csv", index=False)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    ratio_prefix.save_tokens(d / ratio_prefix.TOKENS_FILE, np.zeros(offsets[-1], np.float32), offsets,
+                             df["step"].to_numpy(), df["prompt"].to_numpy(), df["advantage"].to_numpy())
+    return d
+
+
+RATIO_DAMAGE = ["cut to 3 rows", "a step missing", "NaN value", "empty csv", "a column missing", "npz cut",
+                "npz of other responses", "csv not text"]
+
+
+@pytest.mark.parametrize("damage", RATIO_DAMAGE)
+def test_ratio_run_files_are_reused_only_when_complete(damage, ratio_run, tmp_path):
+    from gpolib.lab import ratio_decay, ratio_prefix
+    d = tmp_path / "r"
+    shutil.copytree(ratio_run, d)
+    assert ratio_decay.records_problem(d, 3) is None
+    csv, npz = d / "ratios.csv", d / ratio_prefix.TOKENS_FILE
+    lines = csv.read_text().splitlines()
+    if damage == "cut to 3 rows":
+        csv.write_text("\n".join(lines[:4]) + "\n")
+    elif damage == "a step missing":
+        csv.write_text("\n".join(lines[:9]) + "\n")
+    elif damage == "NaN value":
+        csv.write_text("\n".join([lines[0], lines[1].replace("0.1", "nan")] + lines[2:]) + "\n")
+    elif damage == "empty csv":
+        csv.write_text("")
+    elif damage == "a column missing":
+        csv.write_text("\n".join(",".join(l.split(",")[:-1]) for l in lines) + "\n")
+    elif damage == "npz cut":
+        npz.write_bytes(npz.read_bytes()[:40])
+    elif damage == "npz of other responses":
+        import numpy as np
+        ratio_prefix.save_tokens(npz, np.zeros(5, np.float32), np.array([0, 5]), np.array([0]), np.array([0]),
+                                 np.array([1.0]))
+    else:
+        csv.write_bytes(b"\xff\xfe\x00")
+    assert ratio_decay.records_problem(d, 3) is not None
+
+
+# --- 5. exit codes: an expected failure inside a notebook is exit 2, as on the command line ----------------------
+class _KernelError(Exception):
+    def __init__(self, ename, evalue):
+        super().__init__(evalue)
+        self.ename, self.evalue, self.cell_index, self.source = ename, evalue, 3, "train(cfg, out)"
+
+
+@pytest.mark.parametrize("ename,evalue,rejected", [
+    ("RunLockedError", "reports/runs/x is being written by process 12", True),
+    ("RunMismatchError", "reports/runs/x holds a stale run", True),
+    ("ModelFolderError", "data/models/m lacks weights", True),
+    ("FolderNotOursError", "--out x is a folder gpolib did not make", True),
+    ("DataError", "t.jsonl:2: malformed JSON", True),
+    ("ConfigError", "eval_prompts=600 is invalid; allowed: <= 512", True),
+    ("RunFolderError", "summary.json is corrupt", True),
+    ("ParameterError", "notebook parameter GROUP=1 is invalid; allowed: an int >= 2", True),
+    ("ValueError", "group_size=1 is invalid; allowed: >= 2", True),
+    ("ZeroDivisionError", "division by zero", False),
+    ("KeyError", "'grpo/seed0'", False),
+    ("RuntimeError", "CUDA error", False),
+])
+def test_expected_failures_in_a_notebook_are_rejected_input(ename, evalue, rejected, tmp_path):
+    from gpolib.workbook.execution import _failure
+    from gpolib.workbook.workbook import Job
+    got = _failure(Job("01", Path("01_grpo.ipynb"), {}), _KernelError(ename, evalue), tmp_path / "x.ipynb")
+    assert got.rejected_input is rejected and "cell 3" in str(got)
+
+
+# --- every notebook parameter has a rule; the runner applies them before any notebook runs ----------------------
+def test_every_notebook_parameter_has_a_rule_and_every_default_passes():
+    from gpolib.lab.parameters import RULES, check
+    from gpolib.workbook.workbook import list_notebooks, notebook_defaults
+    for nb in list_notebooks(ROOT / "notebooks").values():
+        defaults = notebook_defaults(nb)
+        assert sorted(set(defaults) - set(RULES)) == [], nb.name
+        check(**defaults)
+
+
+@pytest.mark.parametrize("section,value", [("02", {"GROUP": 1}), ("90", {"GROUP_SIZE": 1}), ("90", {"EPS_LOW": 1.5}),
+                                           ("90", {"EPS_HIGH": 0.0}), ("90", {"RATIO_LEVEL": "tokens"}),
+                                           ("90", {"AGGREGATION": "sum"}), ("90", {"ADV_SCALE": "std"}),
+                                           ("00", {"GRPO_EVAL_EVERY": 0}), ("00", {"PREFIX_STEPS": 0}),
+                                           ("01", {"MODEL": " "}), ("01", {"EVAL_SAMPLES": 0}),
+                                           ("90", {"N_CORRECT": -1}), ("90", {"MAX_LEN": 0}),
+                                           ("09", {"KL_SAMPLES": 1}), ("00", {"N_PROMPTS": 0})])
+def test_params_file_outside_the_rules_is_refused_before_anything_runs(section, value, tmp_path):
+    import yaml
+    from gpolib.workbook.workbook import WorkbookError, list_notebooks, notebook_defaults, plan
+    nbs = list_notebooks(ROOT / "notebooks")
+    if not set(value) <= set(notebook_defaults(nbs[section])):
+        section = next(p for p, nb in nbs.items() if set(value) <= set(notebook_defaults(nb)))
+    d = tmp_path / "notebooks"
+    (d / "params").mkdir(parents=True)
+    for nb in nbs.values():
+        shutil.copy(nb, d / nb.name)
+    (d / "params" / "smoke.yaml").write_text(yaml.safe_dump({section: value}))
+    name = next(iter(value))
+    with pytest.raises(WorkbookError, match=f"{name}=.* is invalid; allowed"):
+        plan("smoke", None, d)

@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping, Optional
 import yaml
 
 from .. import jsonio, paths
+from ..folders import write_text
 from . import beyond, dapo, dr_grpo, gfpo, grpo, gspo, gspo_moe, ppo_vapo, ratio_decay, stats
 from .verdicts import INCONCLUSIVE, NOT, NOT_RUN, NOT_TESTED, PARTLY, REPRODUCED  # noqa: F401  (the words, re-exported)
 
@@ -126,7 +127,7 @@ def record(claim_id: str, evidence: dict, runs: list[str], profile: str, root: P
     out.parent.mkdir(parents=True, exist_ok=True)
     text = jsonio.dumps(rec, indent=2, why=why) + "\n"
     if not _same_but_time(out, text):  # a rerun that changes nothing leaves the record (and its time) alone
-        out.write_text(text)
+        write_text(out, text)
     print(f"{claim_id} [{profile}]: {v.show()}")
     return json.loads(out.read_text())
 
@@ -198,7 +199,7 @@ def _write_if_changed(path: Path, text: str) -> bool:
     """Write `text` unless the file already holds it; True if it was written."""
     if path.exists() and path.read_text() == text:
         return False
-    path.write_text(text)
+    write_text(path, text)
     return True
 
 

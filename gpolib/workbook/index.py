@@ -21,6 +21,7 @@ from typing import Optional
 from urllib.parse import unquote
 
 from .. import paths
+from ..folders import write_text
 
 VERDICT_COLOURS = {"reproduced": "#2e7d32", "partly": "#e65100", "inconclusive": "#1565c0",
                    "not reproduced": "#c62828", "not tested": "#6d4c41", "not yet run": "#757575"}
@@ -187,7 +188,7 @@ def build(profile: str = "full", root: Path | str | None = None) -> Path:
     out = reports / "index.html"
     out.parent.mkdir(parents=True, exist_ok=True)
     if not (out.exists() and out.read_text(encoding="utf-8") == text):
-        out.write_text(text, encoding="utf-8")
+        write_text(out, text)
     return out
 
 

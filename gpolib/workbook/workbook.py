@@ -27,10 +27,13 @@ from typing import Any
 import yaml
 
 from .. import paths
+from ..lab.parameters import check as check_parameter
 from .execution import NotebookFailed, execute  # NotebookFailed: raised by reproduce, part of this API
 
 _NB_RE = re.compile(r"^(\d\d)_.+\.ipynb$")
 _MISSING = object()
+TRAINS_NOTHING = ("90",)
+"""notebooks whose cells train nothing and take seconds (90's explorer): a short cell timeout (`execution`)"""
 
 
 class WorkbookError(ValueError):
@@ -52,6 +55,11 @@ class Job:
     def name(self) -> str:
         """notebook file stem, e.g. "01_grpo" """
         return self.source.stem
+
+    @property
+    def trains(self) -> bool:
+        """whether a cell may train runs for a long time (`execution.cell_timeout`)"""
+        return self.prefix not in TRAINS_NOTHING
 
     @property
     def params_hash(self) -> str:
@@ -139,6 +147,10 @@ def _check_section(file: Path, nb: Path, section: dict, defaults: dict) -> None:
         err = _type_error(value, default)
         if err:
             raise WorkbookError(f"{file.name}: {nb.name} parameter {key!r}: {err} ({value!r})")
+        try:  # the notebook's own rule (lab.parameters.RULES), before any notebook runs
+            check_parameter(**{key: value})
+        except ValueError as bad:
+            raise WorkbookError(f"{file.name}: {nb.name}: {bad}") from None
 
 
 def plan(profile: str, only: list[str] | None, notebooks_dir: Path) -> list[Job]:
@@ -286,6 +298,10 @@ def _run_cli(args: argparse.Namespace) -> int:
     except NotebookFailed as e:
         print(f"error: {e}", file=sys.stderr)
         return 2 if e.rejected_input else 1
+    except KeyboardInterrupt:  # Ctrl-C: the committed executed copies and reports are as they were (`execute`)
+        print("error: interrupted; every committed file is as it was (a partial notebook is left as "
+              "reports/.../executed/NN_*.failed.ipynb)", file=sys.stderr)
+        return 130
 
 
 def _reproduce_cli(args: argparse.Namespace) -> int:
