@@ -55,6 +55,9 @@ class Trainer:
         # data first: a bad task file fails before the model is loaded
         self.train_tasks = load_tasks(cfg.task_train)
         self.eval_tasks = load_tasks(cfg.task_eval)[: cfg.eval_prompts]
+        if len(self.eval_tasks) < cfg.eval_prompts:  # the config would record more prompts than were evaluated
+            raise ConfigError(f"eval_prompts={cfg.eval_prompts} is invalid; allowed: <= the {len(self.eval_tasks)} "
+                              f"prompts of {cfg.task_eval}")
         if len(self.train_tasks) < cfg.prompts_per_step:
             raise ConfigError(f"prompts_per_step={cfg.prompts_per_step} is invalid; allowed: <= the "
                               f"{len(self.train_tasks)} prompts of {cfg.task_train}")

@@ -559,3 +559,168 @@ def test_params_file_outside_the_rules_is_refused_before_anything_runs(section, 
     name = next(iter(value))
     with pytest.raises(WorkbookError, match=f"{name}=.* is invalid; allowed"):
         plan("smoke", None, d)
+
+
+# --- 4 (cont.). model folders are checked against the architecture their weights hold --------------------------
+def _edit_config(folder: Path, **changes) -> None:
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg.update(changes)
+    (folder / "config.json").write_text(json.dumps(cfg))
+
+
+@pytest.mark.parametrize("changes,needle", [
+    (dict(model_type="llama", architectures=["LlamaForCausalLM"]), "no place for: model.layers.0.self_attn.k_norm"),
+    (dict(num_hidden_layers=+1), "parameters the weights lack"),
+    (dict(num_hidden_layers=-1), "no place for"),
+    (dict(vocab_size=+7), "do not fit|shapes that differ"),
+    (dict(hidden_size=2), "do not fit|shapes that differ"),
+])
+def test_model_config_that_does_not_match_its_weights_is_refused(changes, needle, tmp_path):
+    from gpolib.errors import ModelFolderError
+    from gpolib.models import load_policy
+    folder = _model_copy(tmp_path)
+    base = json.loads((folder / "config.json").read_text())
+    _edit_config(folder, **{k: (base[k] + v if isinstance(v, int) and k != "hidden_size" else v)
+                            for k, v in changes.items()})
+    if "num_hidden_layers" in changes:  # one layer type per layer, else the config itself is refused
+        n = base["num_hidden_layers"] + changes["num_hidden_layers"]
+        _edit_config(folder, layer_types=base["layer_types"][:1] * n, max_window_layers=n)
+    with pytest.raises(ModelFolderError, match=needle):
+        load_policy(str(folder), lora_r=0)
+
+
+def test_model_mismatch_through_train_is_one_line_exit_2(tmp_path, capsys):
+    folder = _model_copy(tmp_path)
+    _edit_config(folder, model_type="llama", architectures=["LlamaForCausalLM"])
+    code, err = cli(["train", "--preset", "grpo", "--out", str(tmp_path / "r"), "--set", f"model={folder}"]
+                    + sets(TINY), capsys)
+    assert code == EXIT_USER and one_line(err) and "does not match its weights" in err, err
+
+
+@pytest.mark.parametrize("n", [513, 600, 10**6])
+def test_eval_prompts_beyond_the_file_is_refused_not_capped(n, tmp_path, capsys):
+    code, err = cli(["train", "--preset", "grpo", "--out", str(tmp_path / "r")] + sets({**TINY, "eval_prompts": n}),
+                    capsys)
+    assert code == EXIT_USER and one_line(err) and f"eval_prompts={n} is invalid; allowed: <= the 512" in err, err
+    assert not (tmp_path / "r" / "metrics.jsonl").exists()
+
+
+# --- 5 (cont.). the runner's own files and settings: one line, never a traceback -------------------------------
+@pytest.mark.parametrize("text", ["[", '[{"id": "G1", "verdict": "reproduced"', "not json", '{"a": 1}', '[{"id": "G1"}]',
+                                  "[1]"])
+def test_a_damaged_scoreboard_does_not_block_the_next_reproduce(text, tmp_path, capsys):
+    from gpolib import paths
+    from gpolib.workbook.workbook import _verdicts
+    f = paths.reports_dir("smoke", tmp_path) / "claims.json"
+    f.parent.mkdir(parents=True)
+    f.write_text(text)
+    assert _verdicts("smoke", tmp_path) == {}
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "does not parse" in err
+
+
+@pytest.mark.parametrize("text", ['{"id": "G1", "verdict": "reprod', "[1, 2]", '{"id": NaN}'])
+def test_a_damaged_claim_record_is_named(text, tmp_path):
+    from gpolib import paths
+    from gpolib.errors import UserError
+    from gpolib.lab import report
+    d = paths.claims_dir("smoke", tmp_path)
+    d.mkdir(parents=True)
+    (d / "G1.json").write_text(text)
+    with pytest.raises(UserError, match="G1.json"):
+        report.collect("smoke", tmp_path)
+
+
+def test_a_damaged_claims_json_is_named_by_the_report_page(tmp_path):
+    from gpolib.errors import UserError
+    from gpolib.workbook import index
+    (tmp_path / "claims.json").write_text("[{")
+    with pytest.raises(UserError, match="claims.json does not parse"):
+        index._claims(tmp_path)
+
+
+@pytest.mark.parametrize("text,line", [("common: {STEPS: 2\n", 2), ('"01": [1, 2\n', 2), ("a: b: c\n", 1),
+                                       ("common:\n\t- 1\n", 2)])
+def test_params_file_with_a_yaml_syntax_error_is_one_line(text, line, tmp_path):
+    from gpolib.workbook.workbook import WorkbookError, load_params_file
+    f = tmp_path / "smoke.yaml"
+    f.write_text(text)
+    with pytest.raises(WorkbookError, match=rf"smoke.yaml line {line}: not valid YAML"):
+        load_params_file(f)
+
+
+@pytest.mark.parametrize("length,falls_back", [(20, False), (60, False), (80, True), (300, True)])
+def test_a_long_tmpdir_does_not_put_the_kernel_sockets_past_the_os_limit(length, falls_back):
+    import tempfile
+    from gpolib.workbook.execution import SOCKET_PATH_MAX, socket_folder
+    base = tempfile.mkdtemp(prefix="s", dir="/tmp")
+    try:
+        folder = base
+        while len(folder) < length:  # nested names: a path component is at most 255 bytes
+            folder = os.path.join(folder, "x" * min(100, length - len(folder) - 1))
+        os.makedirs(folder, exist_ok=True)
+        assert len(folder) == length
+        chosen = socket_folder(folder)
+        assert chosen == ("/tmp" if falls_back else folder)
+        assert len(chosen) + len("/gpolib-kernel-") + 12 + 3 <= SOCKET_PATH_MAX
+    finally:
+        shutil.rmtree(base)
+
+
+# --- 5 (cont.). prefetch: its workers die with it, a locked run is one line --------------------------------------
+PREFETCH_PARENT = """
+import multiprocessing as mp, os, sys, time
+from gpolib.workbook.prefetch import _die_with_parent
+def nap(_):
+    open(os.path.join(sys.argv[2], str(os.getpid())), "w").close()
+    time.sleep(300)
+if __name__ == "__main__":
+    pool = mp.get_context("spawn").Pool(2, initializer=_die_with_parent if sys.argv[1] == "1" else None)
+    pool.map_async(nap, range(2))
+    time.sleep(300)
+"""
+
+
+@pytest.mark.parametrize("guard", [True])
+def test_prefetch_workers_die_with_a_killed_prefetch(guard, tmp_path):
+    """guard False (no `_die_with_parent`): the workers outlive their killed parent, and this fails."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    script, marks = tmp_path / "parent.py", tmp_path / "pids"
+    script.write_text(PREFETCH_PARENT)
+    marks.mkdir()
+    proc = subprocess.Popen([sys.executable, str(script), "1" if guard else "0", str(marks)],
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert _wait_for(lambda: len(list(marks.iterdir())) == 2, proc, 120)
+    pids = [int(p.name) for p in marks.iterdir()]
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    end = time.time() + 30
+    while time.time() < end and any(_state(p) != "Z" for p in pids):
+        time.sleep(0.1)
+    alive = [p for p in pids if _state(p) != "Z"]
+    for p in alive:
+        os.kill(p, signal.SIGKILL)
+    assert alive == []
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][:1]
+    except (OSError, IndexError):
+        return "Z"
+
+
+def test_prefetch_worker_reports_a_locked_run_in_one_line(tmp_path):
+    from gpolib.workbook.prefetch import _train_one
+    cfg = presets.get("grpo", **TINY)
+    rd = RunDir(tmp_path / "run", cfg)
+    rd.check_config()
+    rd.acquire()
+    try:
+        label, secs, why = _train_one(("01 grpo/seed0", cfg, tmp_path / "run"))
+    finally:
+        rd.release()
+    assert secs is None and "being written by process" in why and "\n" not in why

@@ -136,9 +136,27 @@ def _same_but_time(path: Path, text: str) -> bool:
     """True if the record at `path` equals the record `text` in everything but its timestamp."""
     if not path.exists():
         return False
-    old, new = json.loads(path.read_text()), json.loads(text)
+    try:
+        old, new = jsonio.loads(path.read_text()), json.loads(text)
+    except (ValueError, UnicodeDecodeError):  # a record cut short by a kill before writes were atomic: rewrite it
+        return False
     old.pop("timestamp", None), new.pop("timestamp", None)
     return old == new
+
+
+def _record(f: Path, claim) -> dict:
+    """A claim's record, strictly parsed; one that does not parse is named with what rewrites it (UserError)."""
+    from ..errors import UserError
+
+    try:
+        rec = jsonio.loads(f.read_text())
+    except (ValueError, UnicodeDecodeError) as err:
+        raise UserError(f"{paths.relative(f)} does not parse ({err}); rerun notebook {claim.notebook} to rewrite "
+                        "it, or restore it from git") from None
+    if not isinstance(rec, dict):
+        raise UserError(f"{paths.relative(f)} is not a claim record (a JSON {type(rec).__name__}); rerun notebook "
+                        f"{claim.notebook} to rewrite it, or restore it from git")
+    return rec
 
 
 def collect(profile: str = "full", root: Path | str | None = None) -> list[dict]:
@@ -146,7 +164,7 @@ def collect(profile: str = "full", root: Path | str | None = None) -> list[dict]
     folder, rows = paths.claims_dir(profile, root), []
     for cid, claim in CLAIMS.items():
         f = folder / f"{cid}.json"
-        rec = json.loads(f.read_text()) if f.exists() else {
+        rec = _record(f, claim) if f.exists() else {
             "id": cid, "verdict": NOT_RUN, "ours": "", "paper": claim.paper_number,
             "criterion": claim.criterion, "notebook": claim.notebook, "runs": []}
         rows.append({**rec, "paper_name": f"{claim.paper} {claim.section}", "claim": claim.claim})

@@ -67,6 +67,25 @@ def _importable() -> None:
         os.environ["PYTHONPATH"] = os.pathsep.join([here, *parts])
 
 
+SOCKET_PATH_MAX = 107
+"""the longest path of a Unix socket (sun_path, 108 bytes with its NUL on Linux; 104 on macOS, where the kernel's
+names are shorter than the margin below)"""
+
+
+def socket_folder(tmp: str) -> str:
+    """Where the kernel's sockets go: the temp folder, or /tmp when a long TMPDIR would put their paths past the OS
+    limit (the kernel would fail to bind with a traceback); a UserError when neither fits."""
+    from ..errors import UserError
+
+    longest = len("/gpolib-kernel-") + 12 + len("-99")  # the socket names jupyter_client appends a port to
+    for folder in (tmp, "/tmp"):
+        if len(folder) + longest <= SOCKET_PATH_MAX - 4 and os.access(folder, os.W_OK):
+            return folder
+    raise UserError(f"the temporary folder {tmp} is too long for the notebook kernel's sockets "
+                    f"(at most {SOCKET_PATH_MAX - 4 - longest} characters) and /tmp is not writable: set TMPDIR "
+                    "to a shorter folder")
+
+
 def _ipc_kernel_manager():
     """A kernel manager whose kernel talks over local IPC sockets in a private temp folder: over TCP, ipykernel
     warns on every start that the traffic is unencrypted (true of TCP, and needless for a local kernel)."""
@@ -82,7 +101,7 @@ def _ipc_kernel_manager():
 
         @default("ip")
         def _ip_default(self):
-            return os.path.join(tempfile.gettempdir(), f"gpolib-kernel-{uuid.uuid4().hex[:12]}")
+            return os.path.join(socket_folder(tempfile.gettempdir()), f"gpolib-kernel-{uuid.uuid4().hex[:12]}")
 
     return IPCKernelManager
 

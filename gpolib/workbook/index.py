@@ -56,7 +56,15 @@ ul.notebooks { columns: 2; } .figures { display: grid; grid-template-columns: re
 
 def _claims(reports: Path) -> list:
     f = reports / "claims.json"
-    return json.loads(f.read_text()) if f.exists() else []
+    if not f.exists():
+        return []
+    try:
+        return json.loads(f.read_text())
+    except (ValueError, UnicodeDecodeError) as err:
+        from ..errors import UserError
+
+        raise UserError(f"{paths.relative(f)} does not parse ({err}); rebuild it (python -m gpolib reproduce) "
+                        "or restore it from git") from None
 
 
 def verdict_word(word: str) -> str:

@@ -111,7 +111,12 @@ def notebook_defaults(path: Path) -> dict[str, Any]:
 
 def load_params_file(path: Path) -> dict[str, dict[str, Any]]:
     """Section name ("common" or "NN") -> mapping; empty sections become {}."""
-    raw = yaml.safe_load(path.read_text()) or {}
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:  # a syntax error: the file and its line, in one line
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise WorkbookError(f"{path}{where}: not valid YAML ({getattr(err, 'problem', None) or err})") from None
     if not isinstance(raw, dict):
         raise WorkbookError(f"{path}: top level must be a mapping")
     out = {}
@@ -197,7 +202,14 @@ def is_up_to_date(job: Job, executed: Path) -> bool:
 def _verdicts(profile: str, root: Path) -> dict:
     """{claim id: verdict} of the scoreboard on disk (the committed one, before a run rewrites it)."""
     f = paths.reports_dir(profile, root) / "claims.json"
-    return {r["id"]: r["verdict"] for r in json.loads(f.read_text())} if f.exists() else {}
+    if not f.exists():
+        return {}
+    try:
+        return {r["id"]: r["verdict"] for r in json.loads(f.read_text())}
+    except (ValueError, UnicodeDecodeError, TypeError, KeyError) as err:  # cut short or edited: rebuilt at the end
+        print(f"warning: {paths.relative(f)} does not parse ({type(err).__name__}: {err}); the verdicts are not "
+              "compared with it, and it is rebuilt from reports/claims/*.json", file=sys.stderr, flush=True)
+        return {}
 
 
 def _run_one(job: Job, tag: str, profile: str, root: Path) -> dict:
