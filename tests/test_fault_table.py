@@ -724,3 +724,57 @@ def test_prefetch_worker_reports_a_locked_run_in_one_line(tmp_path):
     finally:
         rd.release()
     assert secs is None and "being written by process" in why and "\n" not in why
+
+
+# --- 5 (cont.). settings this machine cannot run: one line, exit 2 -------------------------------------------------
+@pytest.mark.parametrize("threads,ok", [(0, True), (1, True), (4, True), (5, False), (100000, False)])
+def test_rollout_threads_beyond_a_sampling_batch_is_refused(threads, ok):
+    if ok:
+        assert presets.get("grpo", **TINY, rollout_threads=threads).rollout_threads == threads
+    else:
+        with pytest.raises(ValueError, match=f"rollout_threads={threads} is invalid; allowed: 0 .* 4 "):
+            presets.get("grpo", **TINY, rollout_threads=threads)
+
+
+def test_cuda_asked_for_on_a_machine_without_it_is_one_line(tmp_path, capsys, monkeypatch):
+    import torch
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    code, err = cli(["train", "--preset", "grpo", "--out", str(tmp_path / "r"), "--set", "device=cuda"] + sets(TINY),
+                    capsys)
+    assert code == EXIT_USER and one_line(err) and "no CUDA device here" in err, err
+
+
+def test_vllm_missing_is_one_line(tmp_path, monkeypatch):
+    import builtins
+    from gpolib.engine import vllm_backend
+    from gpolib.errors import message
+    real = builtins.__import__
+
+    def no_vllm(name, *a, **k):
+        if name.split(".")[0] == "vllm":
+            raise ModuleNotFoundError("No module named 'vllm'")
+        return real(name, *a, **k)
+    monkeypatch.setattr(builtins, "__import__", no_vllm)
+    with pytest.raises(ImportError) as caught:
+        vllm_backend._import_vllm()
+    text = message(caught.value)
+    assert text and "gpolib[vllm]" in text and "\n" not in text
+
+
+def test_bench_without_trl_is_one_line(capsys, monkeypatch):
+    import importlib.util
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "trl" else real(name, *a))
+    from gpolib import bench
+    code = bench.main(["--steps", "1"])
+    err = capsys.readouterr().err
+    assert code == EXIT_USER and one_line(err) and "bench" in err and "pip install" in err, err
+
+
+@pytest.mark.parametrize("err,needle", [(MemoryError(), "out of memory"), (MemoryError("cannot allocate 9 GiB"), "9 GiB"),
+                                        (type("SafetensorError", (Exception,), {})("I/O error: No space left on device"),
+                                         "disk is full")])
+def test_memory_and_safetensors_disk_full_are_expected_failures(err, needle):
+    from gpolib.errors import message
+    text = message(err)
+    assert text and needle in text and "\n" not in text

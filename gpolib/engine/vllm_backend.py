@@ -32,7 +32,9 @@ def _import_vllm():
         from vllm import LLM, SamplingParams
         from vllm.lora.request import LoRARequest
     except ImportError as err:
-        raise ImportError(INSTALL_HINT) from err
+        from ..errors import MissingDependencyError
+
+        raise MissingDependencyError(f"{INSTALL_HINT} ({err})") from None
     return LLM, SamplingParams, LoRARequest
 
 
