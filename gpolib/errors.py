@@ -56,7 +56,8 @@ _FS_REASONS = {errno.EEXIST: "it already exists (a file where a folder is needed
 
 def message(err: BaseException) -> str | None:
     """The one-paragraph message of an expected failure, None for an unexpected one."""
-    if isinstance(err, UserError):
+    # `user_error` on the class: an expected failure of a module that imports nothing of gpolib (vllm_backend)
+    if isinstance(err, UserError) or getattr(type(err), "user_error", False):
         return " ".join(str(err).split())
     if isinstance(err, OSError) and err.errno in _FS_REASONS:
         where = err.filename if err.filename is not None else "(no path given)"

@@ -335,9 +335,9 @@ def test_every_report_writer_goes_through_the_atomic_write(writer, tmp_path, mon
 
     import pandas as pd
 
-    def refuse(path, data):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
-    monkeypatch.setattr(folders, "write_bytes", refuse)
+    def refuse(fd):  # the disk fills at the atomic write's fsync: only a writer that goes through it fails
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(folders.os, "fsync", refuse)
     target = tmp_path / "reports" / "x"
     target.parent.mkdir()
     if writer == "jsonio.write":
