@@ -38,6 +38,10 @@ class RunMismatchError(UserError, ValueError):
     """The folder holds a run of another config, or one computed on other model or task files."""
 
 
+class MissingDependencyError(UserError, ImportError):
+    """An optional part the configuration asks for is not on this machine (vLLM, a CUDA device)."""
+
+
 class ConfigError(UserError, ValueError):
     """A configuration that is valid on its own but not for its model or data (e.g. more prompts than the file has)."""
 
@@ -52,13 +56,19 @@ _FS_REASONS = {errno.EEXIST: "it already exists (a file where a folder is needed
 
 def message(err: BaseException) -> str | None:
     """The one-paragraph message of an expected failure, None for an unexpected one."""
-    if isinstance(err, UserError):
+    # `user_error` on the class: an expected failure of a module that imports nothing of gpolib (vllm_backend)
+    if isinstance(err, UserError) or getattr(type(err), "user_error", False):
         return " ".join(str(err).split())
     if isinstance(err, OSError) and err.errno in _FS_REASONS:
         where = err.filename if err.filename is not None else "(no path given)"
         return f"cannot write or read {where}: {_FS_REASONS[err.errno]} ({err.strerror})"
     if isinstance(err, FileNotFoundError) and err.errno is None:  # raised by gpolib with its own message
         return " ".join(str(err).split())
+    if isinstance(err, MemoryError):  # a budget too large for this machine: the user's to change, not a bug
+        return ("out of memory" + (f" ({' '.join(str(err).split())})" if str(err) else "") + "; lower the batch "
+                "(prompts_per_step, group_size, eval_prompts, micro_batch_rows) or max_new_tokens")
+    if type(err).__name__ == "SafetensorError" and "No space left" in str(err):  # disk full inside safetensors
+        return f"cannot write the weights: the disk is full ({' '.join(str(err).split())})"
     return None
 
 

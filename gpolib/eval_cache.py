@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
+import math
+import warnings
 from pathlib import Path
 
 from . import paths
+from .folders import write_text
 from .identity import file_sha256, model_fingerprint, task_fingerprint
 
 EVAL_FIELDS = ("model", "task_eval", "prompt_style", "max_new_tokens", "temperature", "rollout_autocast", "backend",
@@ -61,12 +63,29 @@ def step0(trainer) -> dict:
     path = cache_dir() / f"{key(trainer.cfg)}.json"
     if path.is_file():
         try:
-            return json.loads(path.read_text())
+            entry = json.loads(path.read_text())
+            if valid(entry):
+                return entry
         except (OSError, ValueError):
             pass  # unreadable (a half-written file of a crashed writer is never renamed in): compute it again
+        warnings.warn(f"step-0 cache entry {path} is unreadable or incomplete: computed again")
     out = trainer.evaluate(0)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(out))  # key order kept: summary.json reads the same
-    os.replace(tmp, path)  # atomic: two runs computing the same entry at once both write the same numbers
+    # atomic: two runs computing the same entry at once both write the same numbers; key order kept (summary.json)
+    write_text(path, json.dumps(out))
     return out
+
+
+ENTRY_FIELDS = ("step", "acc/sample", "acc/greedy", "len/mean", "trunc/frac")
+"""what every step-0 evaluation holds (`Trainer.evaluate`); an entry without one of them is not reused"""
+
+
+def valid(entry) -> bool:
+    """A cache entry that can stand for `trainer.evaluate(0)`: an object of step 0 with every `ENTRY_FIELDS`, its
+    accuracies and truncation share in [0, 1], its mean length a finite number >= 0."""
+    if not isinstance(entry, dict) or entry.get("step") != 0 or any(k not in entry for k in ENTRY_FIELDS):
+        return False
+    nums = [entry[k] for k in ENTRY_FIELDS[1:]]
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in nums):
+        return False
+    return all(0 <= entry[k] <= 1 for k in ("acc/sample", "acc/greedy", "trunc/frac")) and entry["len/mean"] >= 0

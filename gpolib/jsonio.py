@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
@@ -91,12 +90,10 @@ def dumps_lines(rows, why: Optional[Mapping[str, str]] = None) -> str:
 
 
 def write(path: str | Path, obj: Any, *, indent: Optional[int] = 1, why: Optional[Mapping[str, str]] = None) -> Path:
-    """Write `obj` as strict JSON (plus a final newline), atomically: a temporary file, then rename."""
-    path = Path(path)
-    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    tmp.write_text(dumps(obj, indent=indent, why=why) + "\n")
-    os.replace(tmp, path)
-    return path
+    """Write `obj` as strict JSON (plus a final newline), atomically (`folders.write_text`: temporary, fsync, rename)."""
+    from .folders import write_text
+
+    return write_text(path, dumps(obj, indent=indent, why=why) + "\n")
 
 
 def _refuse(token: str) -> Any:

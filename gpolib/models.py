@@ -109,11 +109,39 @@ def _check_safetensors(f: Path) -> None:
 def _check_causal_lm(path: str):
     try:
         config = AutoConfig.from_pretrained(path)
-    except (OSError, ValueError, KeyError) as err:
-        raise ModelFolderError(f"{path} is not a loadable causal LM: {err}") from None
+    except Exception as err:  # OSError, ValueError, KeyError, huggingface_hub's validation errors: a file it refuses
+        raise ModelFolderError(f"{path} is not a loadable causal LM: {' '.join(str(err).split())[:300]}") from None
     if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING:
         raise ModelFolderError(f"{path} is not a causal LM (model_type={config.model_type!r})")
     return config
+
+
+def _load_matching(path: str, config, dtype: str):
+    """The model of `config` with the folder's weights, refused (ModelFolderError) when the two do not match: a
+    weight of the file the architecture has no place for (a Qwen3's q_norm under a config saying llama), a parameter
+    the file lacks (it would start random), or a shape that differs (another vocabulary or width)."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # its load report would repeat, over many lines, the one line raised below
+    try:
+        model, info = AutoModelForCausalLM.from_pretrained(path, config=config, dtype=getattr(torch, dtype),
+                                                           output_loading_info=True)
+    except RuntimeError as err:  # torch's "size mismatch for ..." when a shape differs
+        raise ModelFolderError(f"{path}: its weights do not fit its config.json "
+                               f"({' '.join(str(err).split())[:300]})") from None
+    finally:
+        hf_logging.set_verbosity(level)
+    problems = [f"{what}: {', '.join(sorted(keys)[:3])}{' ...' if len(keys) > 3 else ''}"
+                for what, keys in (("weights the architecture has no place for", info.get("unexpected_keys")),
+                                   ("parameters the weights lack", info.get("missing_keys")),
+                                   ("shapes that differ", [k[0] if isinstance(k, tuple) else k
+                                                           for k in info.get("mismatched_keys") or []]))
+                if keys]
+    if problems:
+        raise ModelFolderError(f"{path}: its config.json (model_type={config.model_type!r}) does not match its "
+                               f"weights ({'; '.join(problems)})")
+    return model
 
 
 def _ensure_pad(tokenizer, padding_side: str):
@@ -164,7 +192,7 @@ def load_policy(name_or_path: str, lora_r: int = 16, lora_alpha: int = 32, devic
     path = resolve_path(name_or_path)
     config = _check_causal_lm(path)
     check_model_folder(path)
-    model = AutoModelForCausalLM.from_pretrained(path, config=config, dtype=getattr(torch, dtype))
+    model = _load_matching(path, config, dtype)
     tokenizer = _ensure_pad(AutoTokenizer.from_pretrained(path), padding_side)
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id

@@ -23,6 +23,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM
 
+from gpolib import folders
 from gpolib.models import EMBEDDED, tiny_config
 from gpolib.runtime import deterministic_cpu
 from gpolib.tasks import (MAX_OPS, MIN_OPS, N_OPS_CYCLE, P_MUL, SPLIT_N_OPS, SPLIT_P_MUL, default_task_path, load_tasks,
@@ -150,6 +151,7 @@ def pretrain(cfg: PretrainConfig, show_progress: bool = True) -> list[float]:
     Steps: 1. seed; 2. build tokenizer and model; 3. loop: sample SFT batch, forward with
     labels, AdamW step; 4. save_pretrained (safetensors), tokenizer, log.
     """
+    folders.claim(cfg.out, "model", legacy=lambda p: (p / "train_log.json").is_file())  # never a folder not ours
     torch.manual_seed(cfg.seed)
     deterministic_cpu("cpu")  # the fine MoE's grouped expert matmul repeats its gradients only so (a rebuild is exact)
     rng = random.Random(cfg.seed)
@@ -187,7 +189,7 @@ def save(model, cfg: PretrainConfig, losses: list[float], wall_s: float) -> None
     log = {"config": asdict(cfg) | {"out": _relative(out)},
            "wall_s": round(wall_s, 1), "n_params": sum(p.numel() for p in model.parameters()),
            "torch_threads": torch.get_num_threads(), "loss": losses}
-    (out / "train_log.json").write_text(json.dumps(log, indent=1))
+    folders.write_text(out / "train_log.json", json.dumps(log, indent=1))
 
 
 def write_model_card(out_dir: str | Path, metrics: dict | None = None) -> Path:
@@ -198,10 +200,10 @@ def write_model_card(out_dir: str | Path, metrics: dict | None = None) -> Path:
     log = json.loads((out / "train_log.json").read_text())
     cfg = json.loads((out / "config.json").read_text())
     if metrics is not None:
-        (out / "base_metrics.json").write_text(json.dumps(metrics, indent=1))
+        folders.write_text(out / "base_metrics.json", json.dumps(metrics, indent=1))
     elif (out / "base_metrics.json").exists():
         metrics = json.loads((out / "base_metrics.json").read_text())
-    (out / "README.md").write_text(_card_text(log, cfg, metrics))
+    folders.write_text(out / "README.md", _card_text(log, cfg, metrics))
     return out / "README.md"
 
 

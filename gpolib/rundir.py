@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from . import identity, jsonio, runlog
+from . import folders, identity, jsonio, runlog
 from .config import TrainConfig
 from .errors import RunFolderError, RunLockedError, RunMismatchError  # noqa: F401  (raised here)
 
@@ -28,30 +28,30 @@ KEEP_CHECKPOINTS = 2
 
 def _atomic_write(path: Path, data: bytes) -> None:
     """Write via a temporary beside `path` and rename; the temporary is removed if anything fails (disk full)."""
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    folders.write_bytes(path, data)
+
+
+def is_run_folder(path: Path) -> bool:
+    """A folder gpolib made for a run before run folders carried the marker: its config.json has the layout
+    `check_config` writes (fingerprint, data, config). Committed runs are recognised so, and never rewritten."""
     try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as err:
-        tmp.unlink(missing_ok=True)
-        if err.filename is None:  # e.g. ENOSPC from fsync: say which file could not be written
-            raise OSError(err.errno, err.strerror, str(path)) from None
-        raise
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+        blob = jsonio.loads((path / "config.json").read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(blob, dict) and {"fingerprint", "config"} <= set(blob) and isinstance(blob["config"], dict)
 
 
 def read_json(path: Path) -> dict:
     """A run folder's JSON file; one that does not parse names itself (`RunFolderError`)."""
     try:
-        return json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        blob = jsonio.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as err:  # JSONDecodeError is a ValueError, and so is NaN / Infinity
         raise RunFolderError(f"{path} is corrupt ({err}); delete the run folder {path.parent} to recompute it, "
                              "or restore the file") from None
+    if not isinstance(blob, dict):
+        raise RunFolderError(f"{path} is corrupt (a JSON {type(blob).__name__}, not an object); delete the run "
+                             f"folder {path.parent} to recompute it, or restore the file")
+    return blob
 
 
 class RunDir:
@@ -59,6 +59,8 @@ class RunDir:
 
     def __init__(self, out_dir, cfg: TrainConfig):
         self.path = Path(out_dir)
+        self.given = str(out_dir)
+        """the folder as given: '' (the current directory to Path) is refused by `check_config`"""
         self.cfg = cfg
         self.lock_path = self.path / ".lock"
         self._locked = False
@@ -67,7 +69,7 @@ class RunDir:
     def check_config(self) -> None:
         """Write config.json, or raise RunMismatchError if the directory holds a run of another config or data."""
         data = identity.check_data(self.cfg)  # a missing model or task path fails before the folder exists
-        self.path.mkdir(parents=True, exist_ok=True)
+        folders.claim(self.given, "run", legacy=is_run_folder)  # a folder gpolib did not make is refused untouched
         cfg_path = self.path / "config.json"
         if cfg_path.exists() and not self.computed_anything():  # a run that failed before its first step
             cfg_path.unlink()
@@ -111,9 +113,11 @@ class RunDir:
         if "metrics.jsonl" not in results:
             return None
         try:
-            rows = [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            return f"{p} has a row that does not parse ({err})"
+            rows = [jsonio.loads(line) for line in p.read_text().splitlines() if line.strip()]
+        except (ValueError, UnicodeDecodeError) as err:  # a cut row, or NaN / Infinity (never written by jsonio)
+            return f"{p} has a row that does not parse as strict JSON ({err})"
+        if not all(isinstance(r, dict) for r in rows):
+            return f"{p} has a row that is not a JSON object"
         steps = read_json(self.path / "summary.json").get("steps", self.cfg.steps)
         if len(rows) != steps or [r.get("step") for r in rows] != list(range(steps)):
             return f"{p} holds {len(rows)} rows for a run of {steps} steps"
@@ -203,7 +207,7 @@ class RunDir:
 
     def read_metrics(self) -> list:
         p = self.path / "metrics.jsonl"
-        return [json.loads(l) for l in p.read_text().splitlines() if l.strip()] if p.exists() else []
+        return [jsonio.loads(l) for l in p.read_text().splitlines() if l.strip()] if p.exists() else []
 
     def write_summary(self, summary: dict) -> None:
         _atomic_write(self.path / "summary.json", jsonio.dumps(summary, indent=1).encode())

@@ -37,6 +37,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from .folders import write_text
 from .paths import repo_root, resolve
 from .validation import PROMPT_STYLES, choice
 from .taskfile import check_vocabulary, load_tasks  # noqa: F401  (the task file's reader lives beside)
@@ -216,7 +217,7 @@ def write_splits(out_dir: str | Path = "data/tasks", seed: int = 0, sizes: dict 
     paths = {}
     for name, rows in make_splits(seed, sizes).items():
         paths[name] = out / f"{name}.jsonl"
-        paths[name].write_text("".join(json.dumps(r) + "\n" for r in rows))
+        write_text(paths[name], "".join(json.dumps(r) + "\n" for r in rows))
     return paths
 
 

@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 
 from .collect import Batch, collect, length_stats
 from .config import TrainConfig
-from .errors import ConfigError
+from .errors import ConfigError, MissingDependencyError
 from .memory import check_fits
 from .reporting import reporter
 from .metrics import update_defaults
@@ -51,10 +51,16 @@ class Trainer:
         self.cfg = cfg
         torch.manual_seed(cfg.seed)
         device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise MissingDependencyError(f"device={cfg.device!r}: no CUDA device here (torch {torch.__version__}, "
+                                         f"built for CUDA {torch.version.cuda or 'no'}); use device='cpu' or 'auto'")
         deterministic_cpu(device)  # an MoE's grouped expert matmul repeats its gradients only so
         # data first: a bad task file fails before the model is loaded
         self.train_tasks = load_tasks(cfg.task_train)
         self.eval_tasks = load_tasks(cfg.task_eval)[: cfg.eval_prompts]
+        if len(self.eval_tasks) < cfg.eval_prompts:  # the config would record more prompts than were evaluated
+            raise ConfigError(f"eval_prompts={cfg.eval_prompts} is invalid; allowed: <= the {len(self.eval_tasks)} "
+                              f"prompts of {cfg.task_eval}")
         if len(self.train_tasks) < cfg.prompts_per_step:
             raise ConfigError(f"prompts_per_step={cfg.prompts_per_step} is invalid; allowed: <= the "
                               f"{len(self.train_tasks)} prompts of {cfg.task_train}")

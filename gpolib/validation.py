@@ -99,6 +99,10 @@ def check_fields(cfg) -> None:
     for name in ("lr", "max_grad_norm", "temperature"):
         positive(name, getattr(cfg, name), 0)
     positive("weight_decay", cfg.weight_decay, 0, strict=False)
+    rows = cfg.prompts_per_step * cfg.group_size  # a sampling batch's rows: more threads than rows have no work
+    if cfg.rollout_threads > rows:  # (and torch aborts the process on a huge thread count instead of raising)
+        fail("rollout_threads", cfg.rollout_threads, f"0 (leave the setting alone) .. {rows} (the rows of a sampling "
+             "batch, prompts_per_step x group_size)")
     positive("top_p", cfg.top_p, 0)
     if cfg.top_p > 1:
         fail("top_p", cfg.top_p, "0 < top_p <= 1")

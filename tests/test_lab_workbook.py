@@ -78,13 +78,23 @@ def test_non_finite_parameter_rejected(repo, value):
 
 
 def test_value_refused_by_a_config_check_exits_2(repo, capsys, monkeypatch):
-    """A params value of the right type that the notebook's config refuses: one line naming it, exit 2."""
-    _notebook(repo / "notebooks" / "01_b.ipynb", body=("from gpolib import presets", "presets.get('grpo', steps=STEPS)"))
-    _params(repo, "full", {"01": {"STEPS": -1}})
+    """A params value of the right type that the notebook's config refuses: one line naming it, exit 2 (LR: a
+    parameter of no real notebook, so no rule of lab.parameters catches it first)."""
+    _notebook(repo / "notebooks" / "01_b.ipynb", body=("from gpolib import presets", "presets.get('grpo', lr=LR)"))
+    _params(repo, "full", {"01": {"LR": -1.0}})
     monkeypatch.setattr(workbook.paths, "repo_root", lambda: repo)
     assert workbook.main(["reproduce", "--profile", "full", "--only", "01"]) == 2
     err = capsys.readouterr().err
-    assert "steps=-1 is invalid; allowed: > 0" in err and "Traceback" not in err
+    assert "lr=-1.0 is invalid; allowed: > 0" in err and "Traceback" not in err
+
+
+def test_value_outside_a_notebook_rule_is_refused_before_any_notebook_runs(repo, capsys, monkeypatch):
+    _params(repo, "full", {"01": {"STEPS": -1}})
+    monkeypatch.setattr(workbook.paths, "repo_root", lambda: repo)
+    monkeypatch.setattr(workbook, "execute", lambda *a: pytest.fail("nothing runs"))
+    assert workbook.main(["reproduce", "--profile", "full", "--only", "01"]) == 2
+    err = capsys.readouterr().err
+    assert "STEPS=-1 is invalid; allowed: an int >= 1" in err and "Traceback" not in err
 
 
 def test_none_default_accepts_any_type(repo):

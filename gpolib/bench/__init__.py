@@ -48,6 +48,19 @@ def main(argv: list[str] | None = None) -> int:
     from ..runtime import setup_threads
 
     setup_threads()  # before torch loads (the modules of this package import it)
+    from ..errors import boundary
+
+    return boundary(_run, list(sys.argv[1:] if argv is None else argv))  # expected failures: one line, exit 2
+
+
+def _run(argv: list) -> int:
+    """The benchmark, after checking that TRL (the `bench` extra) is installed."""
+    import importlib.util
+
+    from ..errors import MissingDependencyError
+
+    if "-h" not in argv and "--help" not in argv and importlib.util.find_spec("trl") is None:
+        raise MissingDependencyError('bench compares with TRL, which is not installed: pip install -e ".[bench]"')
     from .cli import run
 
-    return run(list(sys.argv[1:] if argv is None else argv))
+    return run(argv)

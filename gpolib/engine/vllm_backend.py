@@ -26,13 +26,20 @@ import torch
 INSTALL_HINT = 'backend="vllm" needs the optional extra: pip install "gpolib[vllm]" (CUDA GPU required)'
 
 
+class VLLMMissing(ImportError):
+    """vLLM is not installed. An expected failure (one line, exit 2: `gpolib.errors.message` honours `user_error`),
+    declared so because this module imports nothing of gpolib."""
+
+    user_error = True
+
+
 def _import_vllm():
     try:
         import vllm  # noqa: F401
         from vllm import LLM, SamplingParams
         from vllm.lora.request import LoRARequest
     except ImportError as err:
-        raise ImportError(INSTALL_HINT) from err
+        raise VLLMMissing(f"{INSTALL_HINT} ({err})") from None
     return LLM, SamplingParams, LoRARequest
 
 

@@ -16,12 +16,14 @@ notebook 08.
 """
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 
 import pandas as pd
 import torch
 
+from ..folders import write_bytes
 from ..models import EMBEDDED
 from . import stats
 from .base_models import card
@@ -212,7 +214,9 @@ def run_engine_mismatch(cfg, run_dir) -> dict:
     if not f.is_file():
         m = engine_mismatch(Trainer(cfg))
         f.parent.mkdir(parents=True, exist_ok=True)
-        np.savez(f, **{k: (v.numpy() if torch.is_tensor(v) else np.float64(v)) for k, v in m.items()})
+        buf = io.BytesIO()
+        np.savez(buf, **{k: (v.numpy() if torch.is_tensor(v) else np.float64(v)) for k, v in m.items()})
+        write_bytes(f, buf.getvalue())  # atomic: a kill mid-write never leaves a cut file to be read back
     with np.load(f) as z:
         return {k: (torch.from_numpy(z[k]) if z[k].ndim else float(z[k])) for k in z.files}
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,7 @@ import pandas as pd
 import torch
 
 from .. import jsonio
+from ..folders import write_text
 from .runs import mean_over, window
 
 PROMPTS = 256
@@ -83,14 +85,36 @@ def steps_of(cfg) -> tuple:
     return (0, *sorted(adapter_save_steps(cfg)), cfg.steps)
 
 
+def kept_counts(path: Path, prompts: int, run_dir: Path) -> dict:
+    """The counts of a run's panel file that can be reused: computed with the same settings and adapter (`_meta`),
+    each step's a list of `prompts` ints in 0..SAMPLES. A file that does not parse as strict JSON, or a step whose
+    counts are cut short or out of range, is computed again (with a warning), never read back."""
+    if not path.exists():
+        return {}
+    try:
+        kept = jsonio.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as err:
+        warnings.warn(f"{path} does not parse ({err}): its counts are computed again")
+        return {}
+    meta = _meta(prompts, run_dir)
+    if not isinstance(kept, dict) or not isinstance(kept.get("counts"), dict) \
+            or any(kept.get(k) != v for k, v in meta.items()):
+        return {}
+    good = {s: c for s, c in kept["counts"].items() if isinstance(c, list) and len(c) == prompts
+            and all(type(x) is int and 0 <= x <= SAMPLES for x in c)}
+    if len(good) < len(kept["counts"]):
+        warnings.warn(f"{path}: counts of step(s) {sorted(set(kept['counts']) - set(good))} are incomplete or out of "
+                      "range: computed again")
+    return good
+
+
 def run_counts(cfg, run_dir: Path, prompts: int, base: dict) -> dict:
     """Step -> counts of one run at `steps_of(cfg)`, read from its panel file or computed (and written there).
     `base` holds the step-0 counts shared by the runs of one base model (filled on first use)."""
     from ..train import Trainer
 
     path, steps = Path(run_dir) / FILE, steps_of(cfg)
-    kept = json.loads(path.read_text()) if path.exists() else {}
-    counts = kept.get("counts", {}) if all(kept.get(k) == v for k, v in _meta(prompts, run_dir).items()) else {}
+    counts = kept_counts(path, prompts, run_dir)
     missing = [s for s in steps if str(s) not in counts]
     if missing:
         tr = Trainer(cfg)
@@ -104,7 +128,7 @@ def run_counts(cfg, run_dir: Path, prompts: int, base: dict) -> dict:
             counts[str(s)] = correct_counts(tr, tasks).tolist()
             if s == 0:
                 base[cfg.model] = counts["0"]
-        path.write_text(json.dumps({**_meta(prompts, run_dir), "counts": counts}, sort_keys=True) + "\n")
+        write_text(path, json.dumps({**_meta(prompts, run_dir), "counts": counts}, sort_keys=True) + "\n")
     return {s: np.asarray(counts[str(s)]) for s in steps}
 
 
@@ -130,7 +154,7 @@ TABLE = "d2_panel.csv"
 
 def write_table(table: pd.DataFrame, notebook_dir: Path) -> Path:
     path = Path(notebook_dir) / TABLE
-    table.to_csv(path, index=False, float_format="%.6g")
+    write_text(path, table.to_csv(index=False, float_format="%.6g"))
     return path
 
 

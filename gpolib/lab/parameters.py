@@ -6,10 +6,14 @@ allowed, in the "... is invalid; allowed: ..." form the workbook runner reports 
 """
 from __future__ import annotations
 
+import math
+
+from ..errors import UserError
 from ..paths import PROFILES
+from ..validation import ADV_SCALES, AGGREGATIONS, RATIO_LEVELS
 
 
-class ParameterError(ValueError):
+class ParameterError(UserError, ValueError):
     """A notebook parameter outside its allowed values."""
 
 
@@ -18,20 +22,38 @@ def _int_at_least(low: int):
 
 
 def _choice(*allowed):
-    return (lambda v: v in allowed), " | ".join(repr(a) for a in allowed)
+    return (lambda v: any(v is a or (type(v) is type(a) and v == a) for a in allowed)), \
+        " | ".join(repr(a) for a in allowed)
+
+
+def _number_in(low: float, high: float):
+    """A finite int or float with low < v <= high (bool is not a number here)."""
+    test = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and low < v <= high)
+    return test, f"a number in ({low}, {high}]"
+
+
+def _path_text():
+    return (lambda v: isinstance(v, str) and v.strip() != ""), "a model folder or hub name (a non-empty str)"
 
 
 RULES = {
     "SEEDS": (_int_at_least(1)[0], "an int >= 1 (the number of seeds per arm: seeds 0..SEEDS-1)"),
     "SEED": _int_at_least(0), "STEPS": _int_at_least(1), "PROMPTS_PER_STEP": _int_at_least(1),
-    "GROUP": _int_at_least(2), "G": _int_at_least(2), "MU": _int_at_least(1), "EVAL_PROMPTS": _int_at_least(1),
-    "EVAL_SAMPLES": _int_at_least(1), "VAL_PROMPTS": _int_at_least(1), "N_PROMPTS": _int_at_least(1),
-    "PANEL_PROMPTS": _int_at_least(1),
-    "N_BUCKETS": _int_at_least(1), "MAX_NEW_TOKENS": _int_at_least(1),
+    "GROUP": _int_at_least(2), "G": _int_at_least(2), "GROUP_SIZE": _int_at_least(2), "MU": _int_at_least(1),
+    "EVAL_PROMPTS": _int_at_least(1), "EVAL_SAMPLES": _int_at_least(1), "VAL_PROMPTS": _int_at_least(1),
+    "VAL_SAMPLES": _int_at_least(1), "N_PROMPTS": _int_at_least(1), "PANEL_PROMPTS": _int_at_least(1),
+    "DEMO_PROMPTS": _int_at_least(1), "N_BUCKETS": _int_at_least(1), "MAX_NEW_TOKENS": _int_at_least(1),
+    "GRPO_STEPS": _int_at_least(1), "GRPO_EVAL_EVERY": _int_at_least(1), "PREFIX_STEPS": _int_at_least(1),
+    "KL_SAMPLES": _int_at_least(2), "KL_VOCAB": _int_at_least(2), "SHORT_LEN": _int_at_least(1),
+    "LONG_LEN": _int_at_least(1), "MAX_LEN": _int_at_least(1), "N_CORRECT": _int_at_least(0),
+    "OTHER_CORRECT": _int_at_least(0), "EPS_LOW": _number_in(0.0, 1.0), "EPS_HIGH": _number_in(0.0, 10.0),
+    "LOG_RATIO_SPREAD": _number_in(0.0, 10.0), "REBUILD": _choice(True, False),
     "PROFILE": _choice(*PROFILES), "DEVICE": _choice("cpu", "cuda", "auto"),
-    "DTYPE": _choice("float32", "bfloat16", "float16"),
+    "DTYPE": _choice("float32", "bfloat16", "float16"), "MODEL": _path_text(), "MOE_MODEL": _path_text(),
+    "RATIO_LEVEL": _choice(*RATIO_LEVELS), "AGGREGATION": _choice(*AGGREGATIONS), "ADV_SCALE": _choice(*ADV_SCALES),
 }
-"""parameter name -> (test, allowed values in words); names not listed here are not checked"""
+"""parameter name -> (test, allowed values in words): every parameter of every notebook has one (a test checks);
+the runner applies them to a params file before any notebook runs, each notebook again in its first cell"""
 
 
 def check(**params) -> dict:

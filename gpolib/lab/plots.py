@@ -7,6 +7,7 @@ from the metric registry (`gpolib.metrics`). Importing this module leaves matplo
 from __future__ import annotations
 
 import re
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import pandas as pd
 import seaborn as sns
 
 from .. import paths
+from ..folders import write_bytes
 from ..metrics import label as metric_label
 
 ALGO_COLORS: dict[str, str] = {
@@ -55,7 +57,9 @@ def save(fig, name: str, profile: str = "full", root: Path | str | None = None) 
     out = paths.figures_dir(profile, root) / (name if name.endswith(".png") else f"{name}.png")
     out.parent.mkdir(parents=True, exist_ok=True)
     steady(fig)
-    fig.savefig(out, dpi=120, bbox_inches="tight", metadata={"Software": None})
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120, bbox_inches="tight", metadata={"Software": None})
+    write_bytes(out, buf.getvalue())  # atomic: a kill mid-save leaves the old figure
     return out
 
 

@@ -8,7 +8,10 @@ while the sequence ratio s_i (a geometric mean) does not:
 """
 from __future__ import annotations
 
+import io
 import math
+import warnings
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -79,21 +82,52 @@ def ratio_records(trainer, steps: int, start: int = 0) -> tuple[pd.DataFrame, di
     return df, tok
 
 
+def records_problem(run_dir, steps: int) -> str | None:
+    """Why a finished ratio run's `ratios.csv` and `token_ratios.npz` cannot be reused (a file cut short or
+    corrupt: a step missing, unequal rows per step, a non-finite value, the two files disagreeing), None when
+    they are complete."""
+    csv, npz = Path(run_dir) / "ratios.csv", Path(run_dir) / ratio_prefix.TOKENS_FILE
+    try:
+        df, tok = pd.read_csv(csv), ratio_prefix.load_tokens(npz)
+    except Exception as err:  # pandas' and numpy's many parse errors: a corrupt file is recomputed, not trusted
+        return f"{csv.name} or {npz.name} does not parse ({type(err).__name__}: {err})"
+    columns = ["step", "prompt", "length", "log_prod_rho", "log_s", "advantage"]
+    if list(df.columns) != columns:
+        return f"{csv} has columns {list(df.columns)}, not {columns}"
+    per_step = df.groupby("step").size()
+    if sorted(per_step.index) != list(range(steps)) or per_step.nunique() != 1:
+        return f"{csv} holds {len(df)} rows over {per_step.size} of {steps} steps (rows per step must be equal)"
+    if not np.isfinite(df.to_numpy(dtype=float)).all() or not np.isfinite(tok["log_rho"]).all():
+        return f"{csv} or {npz.name} holds a non-finite value"
+    if len(tok["length"]) != len(df) or not (tok["length"] == df["length"].to_numpy()).all() \
+            or tok["offsets"][-1] != len(tok["log_rho"]):
+        return f"{npz} does not match {csv.name} ({len(tok['length'])} responses, {len(df)} rows)"
+    return None
+
+
 def cached_records(cfg, run_dir) -> tuple[pd.DataFrame, dict]:
     """`ratio_records` of a fresh `Trainer(cfg)` over cfg.steps, saved to `run_dir/ratios.csv` and
-    `run_dir/token_ratios.npz`; a finished folder of the same config and data holding both (`RunDir.check_config`,
-    stale folders are refused) is read back instead."""
+    `run_dir/token_ratios.npz` (each written atomically); a finished folder of the same config and data holding
+    both, complete (`records_problem`), is read back instead (`RunDir.check_config`: stale folders are refused);
+    an incomplete one is recomputed with a warning."""
+    from ..folders import write_bytes, write_text
     from ..rundir import RunDir
     from ..train import Trainer
 
     run = RunDir(run_dir, cfg)
     run.check_config()
     csv, npz = run.path / "ratios.csv", run.path / ratio_prefix.TOKENS_FILE
+    problem = records_problem(run.path, cfg.steps) if run.finished() else None
+    if problem:
+        warnings.warn(f"{run.path} says finished but {problem}: it is recomputed")
+        (run.path / "summary.json").unlink()
     if run.reuse(results=("ratios.csv", ratio_prefix.TOKENS_FILE)):
         return pd.read_csv(csv), ratio_prefix.load_tokens(npz)
     df, tok = ratio_records(Trainer(cfg), cfg.steps)
-    df.to_csv(csv, index=False)
-    ratio_prefix.save_tokens(npz, tok["log_rho"], tok["offsets"], tok["step"], tok["prompt"], tok["advantage"])
+    write_text(csv, df.to_csv(index=False))
+    buf = io.BytesIO()
+    ratio_prefix.save_tokens(buf, tok["log_rho"], tok["offsets"], tok["step"], tok["prompt"], tok["advantage"])
+    write_bytes(npz, buf.getvalue())
     run.write_summary({"fingerprint": cfg.fingerprint(), "finished": True, "steps": cfg.steps})
     return df, ratio_prefix.load_tokens(npz)
 

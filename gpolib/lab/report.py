@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping, Optional
 import yaml
 
 from .. import jsonio, paths
+from ..folders import write_text
 from . import beyond, dapo, dr_grpo, gfpo, grpo, gspo, gspo_moe, history, ppo_vapo, ratio_decay, stats
 from .verdicts import INCONCLUSIVE, NOT, NOT_RUN, NOT_TESTED, PARTLY, REPRODUCED  # noqa: F401  (the words, re-exported)
 
@@ -129,7 +130,7 @@ def record(claim_id: str, evidence: dict, runs: list[str], profile: str, root: P
     out.parent.mkdir(parents=True, exist_ok=True)
     text = jsonio.dumps(rec, indent=2, why=why) + "\n"
     if not _same_but_time(out, text):  # a rerun that changes nothing leaves the record (and its time) alone
-        out.write_text(text)
+        write_text(out, text)
     print(f"{claim_id} [{profile}]: {v.show()}")
     return json.loads(out.read_text())
 
@@ -138,9 +139,27 @@ def _same_but_time(path: Path, text: str) -> bool:
     """True if the record at `path` equals the record `text` in everything but its timestamp."""
     if not path.exists():
         return False
-    old, new = json.loads(path.read_text()), json.loads(text)
+    try:
+        old, new = jsonio.loads(path.read_text()), json.loads(text)
+    except (ValueError, UnicodeDecodeError):  # a record cut short by a kill before writes were atomic: rewrite it
+        return False
     old.pop("timestamp", None), new.pop("timestamp", None)
     return old == new
+
+
+def _record(f: Path, claim) -> dict:
+    """A claim's record, strictly parsed; one that does not parse is named with what rewrites it (UserError)."""
+    from ..errors import UserError
+
+    try:
+        rec = jsonio.loads(f.read_text())
+    except (ValueError, UnicodeDecodeError) as err:
+        raise UserError(f"{paths.relative(f)} does not parse ({err}); rerun notebook {claim.notebook} to rewrite "
+                        "it, or restore it from git") from None
+    if not isinstance(rec, dict):
+        raise UserError(f"{paths.relative(f)} is not a claim record (a JSON {type(rec).__name__}); rerun notebook "
+                        f"{claim.notebook} to rewrite it, or restore it from git")
+    return rec
 
 
 def collect(profile: str = "full", root: Path | str | None = None) -> list[dict]:
@@ -148,7 +167,7 @@ def collect(profile: str = "full", root: Path | str | None = None) -> list[dict]
     folder, rows = paths.claims_dir(profile, root), []
     for cid, claim in CLAIMS.items():
         f = folder / f"{cid}.json"
-        rec = json.loads(f.read_text()) if f.exists() else {
+        rec = _record(f, claim) if f.exists() else {
             "id": cid, "verdict": NOT_RUN, "ours": "", "paper": claim.paper_number,
             "criterion": claim.criterion, "notebook": claim.notebook, "runs": []}
         rec["criterion_history"] = history.of(cid)  # the one source, also for records written before it existed
@@ -202,7 +221,7 @@ def _write_if_changed(path: Path, text: str) -> bool:
     """Write `text` unless the file already holds it; True if it was written."""
     if path.exists() and path.read_text() == text:
         return False
-    path.write_text(text)
+    write_text(path, text)
     return True
 
 

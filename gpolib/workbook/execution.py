@@ -32,12 +32,31 @@ class NotebookFailed(RuntimeError):
 def _failure(job, err: Exception, executed: Path) -> NotebookFailed:
     cell = getattr(err, "cell_index", -1)
     what = f"{getattr(err, 'ename', type(err).__name__)}: {getattr(err, 'evalue', err)}"
+    if type(err).__name__ == "CellTimeoutError":  # nbclient's: the cell ran past `cell_timeout` (or hung)
+        what = f"a cell ran past the cell timeout of {cell_timeout(job)} s, or its kernel stopped answering"
     first = (getattr(err, "source", "") or "").strip().splitlines()[:1]
     where = f"cell {cell}" + (f" `{first[0][:60]}`" if first else "")
     msg = f"notebook {job.source.name} failed at {where} ({what}); executed copy: {paths.relative(executed)}"
-    # a check refused a value the user gave (config, notebook parameter, task data): the user's input, exit 2
-    rejected = getattr(err, "ename", "").endswith("Error") and "is invalid; allowed" in str(getattr(err, "evalue", ""))
+    # a check refused a value the user gave (config, notebook parameter, task data), or an expected failure (a locked,
+    # stale or foreign run folder, a missing model): the user's input or environment, exit 2 as on the command line
+    ename = getattr(err, "ename", "")
+    rejected = ename in expected_errors() or (
+        ename.endswith("Error") and "is invalid; allowed" in str(getattr(err, "evalue", "")))
     return NotebookFailed(job.source.name, cell, msg, rejected_input=rejected)
+
+
+def expected_errors() -> set:
+    """Class names of the expected failures (`errors.UserError` and its subclasses): raised in a notebook's kernel,
+    they reach the runner by name only."""
+    from .. import errors, folders  # noqa: F401  (folders: FolderNotOursError is a UserError)
+    from ..lab import parameters  # noqa: F401  (ParameterError)
+
+    found, todo = set(), [errors.UserError]
+    while todo:
+        cls = todo.pop()
+        found.add(cls.__name__)
+        todo += cls.__subclasses__()
+    return found
 
 
 def _importable() -> None:
@@ -46,6 +65,25 @@ def _importable() -> None:
     parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if here not in parts:
         os.environ["PYTHONPATH"] = os.pathsep.join([here, *parts])
+
+
+SOCKET_PATH_MAX = 107
+"""the longest path of a Unix socket (sun_path, 108 bytes with its NUL on Linux; 104 on macOS, where the kernel's
+names are shorter than the margin below)"""
+
+
+def socket_folder(tmp: str) -> str:
+    """Where the kernel's sockets go: the temp folder, or /tmp when a long TMPDIR would put their paths past the OS
+    limit (the kernel would fail to bind with a traceback); a UserError when neither fits."""
+    from ..errors import UserError
+
+    longest = len("/gpolib-kernel-") + 12 + len("-99")  # the socket names jupyter_client appends a port to
+    for folder in (tmp, "/tmp"):
+        if len(folder) + longest <= SOCKET_PATH_MAX - 4 and os.access(folder, os.W_OK):
+            return folder
+    raise UserError(f"the temporary folder {tmp} is too long for the notebook kernel's sockets "
+                    f"(at most {SOCKET_PATH_MAX - 4 - longest} characters) and /tmp is not writable: set TMPDIR "
+                    "to a shorter folder")
 
 
 def _ipc_kernel_manager():
@@ -63,7 +101,7 @@ def _ipc_kernel_manager():
 
         @default("ip")
         def _ip_default(self):
-            return os.path.join(tempfile.gettempdir(), f"gpolib-kernel-{uuid.uuid4().hex[:12]}")
+            return os.path.join(socket_folder(tempfile.gettempdir()), f"gpolib-kernel-{uuid.uuid4().hex[:12]}")
 
     return IPCKernelManager
 
@@ -140,30 +178,67 @@ def stable(nb):
     return _renumbered_widgets(nb)
 
 
+CELL_TIMEOUT_S = {"smoke": 900, "full": 4 * 3600, "gpu": 4 * 3600}
+"""per profile, the longest one cell may run before papermill stops the notebook (`execution_timeout`): a full
+cell trains a notebook's runs from nothing in one go (the longest measured, notebook 09's, 34 min with two jobs)"""
+QUIET_CELL_TIMEOUT_S = 120
+"""the same for a notebook that trains nothing (`Job.trains` false, e.g. 90's explorer): its cells take seconds,
+so a kernel that stops answering (a lost message after a widget cell) is stopped after minutes, not hours"""
+
+
+def cell_timeout(job) -> int:
+    """`execution_timeout` of one notebook: its profile's, or the quiet one for a notebook that trains nothing."""
+    profile = job.params.get("PROFILE", "full")
+    return CELL_TIMEOUT_S.get(profile, CELL_TIMEOUT_S["full"]) if getattr(job, "trains", True) else QUIET_CELL_TIMEOUT_S
+
+
+def failed_copy(executed: Path) -> Path:
+    """Where a notebook that failed leaves its executed cells: beside the committed copy, never over it."""
+    return executed.with_name(f"{executed.stem}.failed{executed.suffix}")
+
+
 def execute(job, executed: Path, html: Path) -> None:
-    """Run one notebook with papermill, stamp gpolib metadata, export HTML."""
+    """Run one notebook with papermill, stamp gpolib metadata, export HTML.
+
+    papermill writes its output after every cell, so it writes to a temporary beside `executed`; the executed copy
+    and the HTML are replaced (each atomically, `folders.write_text`) only once the notebook finished. A notebook
+    that fails or is interrupted leaves both as they were, its partial copy at `failed_copy(executed)`.
+    """
     import nbformat
     import papermill as pm
     from nbconvert import HTMLExporter
 
+    from ..folders import temporary_beside, write_text
+
     _importable()
     executed.parent.mkdir(parents=True, exist_ok=True)
     html.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temporary_beside(executed)
     try:
-        pm.execute_notebook(str(job.source), str(executed), parameters=job.params,
-                            kernel_name="python3", cwd=str(job.source.parent),
+        pm.execute_notebook(str(job.source), str(tmp), parameters=job.params,
+                            kernel_name="python3", cwd=str(job.source.parent), execution_timeout=cell_timeout(job),
                             log_output=False, progress_bar=False, kernel_manager_class=_ipc_kernel_manager())
-    except Exception as err:  # PapermillExecutionError, or the kernel died
-        raise _failure(job, err, executed) from err
-    nb = nbformat.read(str(executed), as_version=4)
-    for key in ("input_path", "output_path"):  # papermill records them absolute: no machine path is committed
-        if key in nb.metadata.get("papermill", {}):
-            nb.metadata["papermill"][key] = paths.relative(nb.metadata["papermill"][key])
-    nb.metadata["gpolib"] = {"params_hash": job.params_hash, "parameters": job.params}  # no time: see `stable`
-    nbformat.write(stable(nb), str(executed))
-    # read back: the file's key order (nbformat writes sorted keys), not the run's, orders the HTML's widget state
-    body, _ = HTMLExporter().from_notebook_node(nbformat.read(str(executed), as_version=4))
-    html.write_text(stable_html(body), encoding="utf-8")
+    except BaseException as err:  # PapermillExecutionError, a cell timeout, the kernel died, Ctrl-C
+        if tmp.exists():
+            os.replace(tmp, failed_copy(executed))
+        if isinstance(err, Exception):
+            raise _failure(job, err, failed_copy(executed)) from err
+        raise
+    try:
+        nb = nbformat.read(str(tmp), as_version=4)
+        for key in ("input_path", "output_path"):  # papermill records them absolute: no machine path is committed
+            if key in nb.metadata.get("papermill", {}):
+                nb.metadata["papermill"][key] = paths.relative(nb.metadata["papermill"][key])
+        nb.metadata["papermill"]["output_path"] = paths.relative(executed)  # where it lands, not the temporary
+        nb.metadata["gpolib"] = {"params_hash": job.params_hash, "parameters": job.params}  # no time: see `stable`
+        text = nbformat.writes(stable(nb))
+        # read back: the file's key order (nbformat writes sorted keys), not the run's, orders the HTML's widgets
+        body, _ = HTMLExporter().from_notebook_node(nbformat.reads(text, as_version=4))
+        write_text(executed, text if text.endswith("\n") else text + "\n")
+        write_text(html, stable_html(body))
+    finally:
+        tmp.unlink(missing_ok=True)
+    failed_copy(executed).unlink(missing_ok=True)
 
 
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")

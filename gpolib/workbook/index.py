@@ -21,6 +21,7 @@ from typing import Optional
 from urllib.parse import unquote
 
 from .. import paths
+from ..folders import write_text
 
 VERDICT_COLOURS = {"reproduced": "#2e7d32", "partly": "#e65100", "inconclusive": "#1565c0",
                    "not reproduced": "#c62828", "not tested": "#6d4c41", "not yet run": "#757575"}
@@ -58,7 +59,15 @@ ul.notebooks { columns: 2; } .figures { display: grid; grid-template-columns: re
 
 def _claims(reports: Path) -> list:
     f = reports / "claims.json"
-    return json.loads(f.read_text()) if f.exists() else []
+    if not f.exists():
+        return []
+    try:
+        return json.loads(f.read_text())
+    except (ValueError, UnicodeDecodeError) as err:
+        from ..errors import UserError
+
+        raise UserError(f"{paths.relative(f)} does not parse ({err}); rebuild it (python -m gpolib reproduce) "
+                        "or restore it from git") from None
 
 
 def verdict_word(word: str) -> str:
@@ -203,7 +212,7 @@ def build(profile: str = "full", root: Path | str | None = None) -> Path:
     out = reports / "index.html"
     out.parent.mkdir(parents=True, exist_ok=True)
     if not (out.exists() and out.read_text(encoding="utf-8") == text):
-        out.write_text(text, encoding="utf-8")
+        write_text(out, text)
     return out
 
 

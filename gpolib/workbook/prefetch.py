@@ -20,10 +20,12 @@ import importlib
 import importlib.util
 import json
 import multiprocessing as mp
+import sys
 import time
 from pathlib import Path
 
 from .. import paths, runtime
+from ..errors import UserError, boundary
 from . import workbook  # torch-free: main() sets the OpenMP policy before anything imports torch
 
 BUDGET_PARAMS = {"STEPS": "steps", "PROMPTS_PER_STEP": "prompts_per_step", "EVAL_PROMPTS": "eval_prompts",
@@ -101,15 +103,43 @@ def pending(jobs: list) -> list:
     return sorted(out, key=lambda item: (-run_cost(item[1]) * model_layers(item[1].model), item[1].seed))
 
 
+def _die_with_parent() -> None:
+    """Pool initializer: the worker is killed when the prefetch process dies (Linux `prctl(PR_SET_PDEATHSIG)`), so
+    a killed prefetch leaves no worker training on (and holding its run's lock); its run resumes next time from
+    its last checkpoint. Elsewhere a no-op: the workers then finish their current run."""
+    import ctypes
+    import os
+    import signal
+    import sys
+
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+        if os.getppid() == 1:  # the parent died before the call: nothing would signal us
+            os._exit(1)
+
+
 def _train_one(item: tuple) -> tuple:
-    """Worker: one run on one thread; returns (label, seconds)."""
+    """Worker: one run on one thread; returns (label, seconds, None), or (label, None, why) for an expected failure
+    (a run another process is writing, bad data: one line, the other runs go on)."""
     runtime.setup_threads(1)  # OMP_WAIT_POLICY comes from the parent's environment, set before torch loaded
+    from ..errors import message
     from ..train import train
 
     label, cfg, folder = item
     t0 = time.perf_counter()
-    train(cfg, folder, progress=False)
-    return label, time.perf_counter() - t0
+    try:
+        train(cfg, folder, progress=False)
+    except Exception as err:
+        why = message(err)
+        if why is None:
+            raise
+        return label, None, why
+    return label, time.perf_counter() - t0, None
+
+
+class PrefetchIncomplete(UserError):
+    """Some runs were not trained for an expected reason (each named on its own line)."""
 
 
 def prefetch(profile: str, only: list | None, n_jobs: int) -> int:
@@ -118,13 +148,17 @@ def prefetch(profile: str, only: list | None, n_jobs: int) -> int:
     print(f"{len(todo)} run(s) to train with {n_jobs} process(es)", flush=True)
     for label, _, folder in todo:
         print(f"  {label:40s} {paths.relative(folder)}", flush=True)
-    t0 = time.perf_counter()
-    with mp.get_context("spawn").Pool(n_jobs, maxtasksperchild=1) as pool:
-        for i, (label, secs) in enumerate(pool.imap_unordered(_train_one, todo), 1):
-            print(f"[{i}/{len(todo)}] {label} done in {secs:.0f} s ({time.perf_counter() - t0:.0f} s so far)",
-                  flush=True)
+    t0, failed = time.perf_counter(), 0
+    with mp.get_context("spawn").Pool(n_jobs, initializer=_die_with_parent, maxtasksperchild=1) as pool:
+        for i, (label, secs, why) in enumerate(pool.imap_unordered(_train_one, todo), 1):
+            failed += why is not None
+            done = f"not trained: {why}" if why else f"done in {secs:.0f} s"
+            print(f"[{i}/{len(todo)}] {label} {done} ({time.perf_counter() - t0:.0f} s so far)", flush=True)
         pool.close()  # let the workers exit on their own: the context manager's terminate() kills them, and
         pool.join()   # a killed worker leaves its semaphores to the resource tracker's 'leaked' warning
+    if failed:
+        raise PrefetchIncomplete(f"{failed} of {len(todo)} run(s) not trained (the reasons above); the notebooks "
+                                 "train them when they run, or run prefetch again")
     return len(todo)
 
 
@@ -135,8 +169,15 @@ def main(argv: list | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=2, help="one-thread training processes at once")
     args = ap.parse_args(argv)
     runtime.setup_threads()  # passive OpenMP waiting, inherited by the workers (spinning ones slow each other)
-    prefetch(args.profile, args.only.split(",") if args.only else None, args.jobs)
-    return 0
+    try:  # expected failures (a bad params file, a run locked, bad data): one line, exit 2
+        return boundary(lambda: (prefetch(args.profile, args.only.split(",") if args.only else None, args.jobs), 0)[1])
+    except workbook.WorkbookError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # the workers die with this process (`_die_with_parent`); their runs resume next time
+        print("error: interrupted; unfinished runs resume from their last checkpoint on the next prefetch or "
+              "notebook", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from .. import jsonio, paths
+from ..folders import write_text
 
 TIMES = Path("benchmarks") / "notebook_times.json"
 """the measured notebook times, relative to the repository root"""
@@ -107,7 +108,7 @@ def main(argv: list | None = None) -> int:
     text = readme.read_text(encoding="utf-8")
     new = render(text, root)
     if args.write:
-        readme.write_text(new, encoding="utf-8")
+        write_text(readme, new)
         print(f"README.md: generated blocks {'rewritten' if new != text else 'unchanged'}")
         return 0
     if new != text:

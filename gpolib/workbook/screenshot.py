@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Optional
 
 from .. import paths
+from ..folders import write_bytes
 
 NAME = "index_screenshot.png"
 """the screenshot's file name under figures/ (README shows reports/figures/index_screenshot.png)"""
@@ -92,7 +93,7 @@ def capture(html: Path, out: Path, mark: str) -> bool:
     shot.unlink()
     if out.exists() and out.read_bytes() == png:
         return False
-    out.write_bytes(png)
+    write_bytes(out, png)
     return True
 
 

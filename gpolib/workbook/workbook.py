@@ -27,10 +27,13 @@ from typing import Any
 import yaml
 
 from .. import paths
+from ..lab.parameters import check as check_parameter
 from .execution import NotebookFailed, execute  # NotebookFailed: raised by reproduce, part of this API
 
 _NB_RE = re.compile(r"^(\d\d)_.+\.ipynb$")
 _MISSING = object()
+TRAINS_NOTHING = ("90",)
+"""notebooks whose cells train nothing and take seconds (90's explorer): a short cell timeout (`execution`)"""
 
 
 class WorkbookError(ValueError):
@@ -52,6 +55,11 @@ class Job:
     def name(self) -> str:
         """notebook file stem, e.g. "01_grpo" """
         return self.source.stem
+
+    @property
+    def trains(self) -> bool:
+        """whether a cell may train runs for a long time (`execution.cell_timeout`)"""
+        return self.prefix not in TRAINS_NOTHING
 
     @property
     def params_hash(self) -> str:
@@ -107,7 +115,12 @@ PRECISION = "precision"
 
 def load_params_file(path: Path) -> dict[str, dict[str, Any]]:
     """Section name ("common" or "NN") -> mapping; empty sections become {}."""
-    raw = yaml.safe_load(path.read_text()) or {}
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:  # a syntax error: the file and its line, in one line
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise WorkbookError(f"{path}{where}: not valid YAML ({getattr(err, 'problem', None) or err})") from None
     if not isinstance(raw, dict):
         raise WorkbookError(f"{path}: top level must be a mapping")
     out = {}
@@ -143,6 +156,10 @@ def _check_section(file: Path, nb: Path, section: dict, defaults: dict) -> None:
         err = _type_error(value, default)
         if err:
             raise WorkbookError(f"{file.name}: {nb.name} parameter {key!r}: {err} ({value!r})")
+        try:  # the notebook's own rule (lab.parameters.RULES), before any notebook runs
+            check_parameter(**{key: value})
+        except ValueError as bad:
+            raise WorkbookError(f"{file.name}: {nb.name}: {bad}") from None
 
 
 def plan(profile: str, only: list[str] | None, notebooks_dir: Path) -> list[Job]:
@@ -189,7 +206,14 @@ def is_up_to_date(job: Job, executed: Path) -> bool:
 def _verdicts(profile: str, root: Path) -> dict:
     """{claim id: verdict} of the scoreboard on disk (the committed one, before a run rewrites it)."""
     f = paths.reports_dir(profile, root) / "claims.json"
-    return {r["id"]: r["verdict"] for r in json.loads(f.read_text())} if f.exists() else {}
+    if not f.exists():
+        return {}
+    try:
+        return {r["id"]: r["verdict"] for r in json.loads(f.read_text())}
+    except (ValueError, UnicodeDecodeError, TypeError, KeyError) as err:  # cut short or edited: rebuilt at the end
+        print(f"warning: {paths.relative(f)} does not parse ({type(err).__name__}: {err}); the verdicts are not "
+              "compared with it, and it is rebuilt from reports/claims/*.json", file=sys.stderr, flush=True)
+        return {}
 
 
 def _run_one(job: Job, tag: str, profile: str, root: Path) -> dict:
@@ -290,6 +314,10 @@ def _run_cli(args: argparse.Namespace) -> int:
     except NotebookFailed as e:
         print(f"error: {e}", file=sys.stderr)
         return 2 if e.rejected_input else 1
+    except KeyboardInterrupt:  # Ctrl-C: the committed executed copies and reports are as they were (`execute`)
+        print("error: interrupted; every committed file is as it was (a partial notebook is left as "
+              "reports/.../executed/NN_*.failed.ipynb)", file=sys.stderr)
+        return 130
 
 
 def _reproduce_cli(args: argparse.Namespace) -> int:
