@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 
 from .. import paths
+from .html_export import export, stable_html  # noqa: F401  (stable_html: the byte-stable export, tested here)
 
 
 class NotebookFailed(RuntimeError):
@@ -141,10 +142,9 @@ def stable(nb):
 
 
 def execute(job, executed: Path, html: Path) -> None:
-    """Run one notebook with papermill, stamp gpolib metadata, export HTML."""
+    """Run one notebook with papermill, stamp gpolib metadata, export HTML (`html_export`: maths offline)."""
     import nbformat
     import papermill as pm
-    from nbconvert import HTMLExporter
 
     _importable()
     executed.parent.mkdir(parents=True, exist_ok=True)
@@ -161,17 +161,4 @@ def execute(job, executed: Path, html: Path) -> None:
             nb.metadata["papermill"][key] = paths.relative(nb.metadata["papermill"][key])
     nb.metadata["gpolib"] = {"params_hash": job.params_hash, "parameters": job.params}  # no time: see `stable`
     nbformat.write(stable(nb), str(executed))
-    # read back: the file's key order (nbformat writes sorted keys), not the run's, orders the HTML's widget state
-    body, _ = HTMLExporter().from_notebook_node(nbformat.read(str(executed), as_version=4))
-    html.write_text(stable_html(body), encoding="utf-8")
-
-
-_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-
-
-def stable_html(body: str) -> str:
-    """The exported HTML with each random uuid the exporter gives a widget view's element replaced by its rank of
-    first appearance (`view-<n>`), so that an unchanged notebook exports the same bytes."""
-    ids = dict.fromkeys(m.group(1) for m in re.finditer(r'id="(' + _UUID.pattern + ')"', body))  # element ids only
-    ranks = {u: f"view-{i:04d}" for i, u in enumerate(ids)}
-    return _UUID.sub(lambda m: ranks.get(m.group(), m.group()), body) if ranks else body
+    export(executed, html)  # read back: the file's key order (nbformat writes sorted keys) orders the widget state
