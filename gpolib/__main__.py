@@ -86,8 +86,33 @@ def cmd_train(args) -> int:
     except (ValueError, TypeError) as err:  # validation names the field and what is allowed
         return input_error(err)
     metrics = train(cfg, args.out)  # a locked / other / corrupt --out, bad data: `errors.boundary` in `main`
+    print(train_summary(cfg, args.out, metrics))  # for a person; scripts read the JSON line, always the last
     print(jsonio.dumps({"out": args.out, "steps": len(metrics), "last": metrics[-1] if metrics else None}))
     return 0
+
+
+def train_summary(cfg, out: str, metrics: list) -> str:
+    """What `train` tells a person before its JSON line: the steps, the last step's training reward, held-out
+    accuracy at the first and the last evaluation (from the run's summary.json, when it has one) and where the run
+    folder and its summary are."""
+    from pathlib import Path
+
+    from gpolib.train import load_summary
+
+    lines = [f"{cfg.name} seed {cfg.seed}: {len(metrics)} step{'s' * (len(metrics) != 1)}"]
+    if metrics:
+        last = metrics[-1]
+        lines.append(f"  training reward at step {last['step']}: {last['reward/mean']:.3f} "
+                     f"(accuracy {last['acc/mean']:.3f})")
+    summary = Path(out) / "summary.json"
+    if summary.exists():
+        evals = load_summary(out)
+        first, end = evals["eval_start"], evals["eval_end"]
+        lines.append(f"  held-out accuracy, sampled at T = 1: {first['acc/sample']:.3f} at step {first['step']} -> "
+                     f"{end['acc/sample']:.3f} at step {end['step']}; greedy: {first['acc/greedy']:.3f} -> "
+                     f"{end['acc/greedy']:.3f}")
+    lines.append(f"  run folder: {out} (config.json, metrics.jsonl); summary: {summary}")
+    return "\n".join(lines)
 
 
 def add_reproduce(sub) -> None:

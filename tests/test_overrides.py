@@ -1,5 +1,6 @@
 """The one `--set FIELD=VALUE` reader (gpolib/overrides.py) of the CLI and scale/: its value rules and refusals."""
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +35,30 @@ def test_fields_and_loss_fields_reach_the_config():
     assert sets == {"steps": 7, "loss_eps_high": 0.28, "dtype": "float32"}  # a later FIELD wins
     cfg = presets.get("grpo", **sets)
     assert (cfg.steps, cfg.loss.surrogate.eps_high, cfg.dtype) == (7, 0.28, "float32")
+
+
+@pytest.mark.parametrize("raw, value", [("true", True), ("TRUE", True), ("True", True), ("1", True), ("false", False),
+                                        ("False", False), ("FaLsE", False), ("0", False), (" true", True)])
+def test_bool_fields_read_true_false_1_0_in_any_case(raw, value):
+    sets = parse_overrides([f"train_router={raw}", f"gradient_checkpointing={raw}"])
+    assert sets == {"train_router": value, "gradient_checkpointing": value}
+    assert all(type(v) is bool for v in sets.values())
+    cfg = presets.get("gspo", **sets)
+    assert cfg.train_router is value and cfg.gradient_checkpointing is value
+
+
+def test_only_bool_fields_read_words_as_booleans():
+    """bool fields: TrainConfig's typed bool or Optional[bool]; elsewhere true / 1 keep their own reading, and a
+    bool field still refuses other words (the config names the field)."""
+    from gpolib.overrides import bool_fields
+
+    assert bool_fields() >= {"train_router", "dynamic_sampling", "routing_replay", "gradient_checkpointing"}
+    assert "steps" not in bool_fields() and "name" not in bool_fields()
+    assert parse_overrides(["steps=1", "name=true", "gradient_checkpointing=None"]) == {
+        "steps": 1, "name": "true", "gradient_checkpointing": None}
+    assert type(parse_overrides(["steps=1"])["steps"]) is int
+    with pytest.raises(ValueError, match=re.escape("train_router='yes' is invalid; allowed: True | False")):
+        presets.get("grpo", **parse_overrides(["train_router=yes"]))
 
 
 @pytest.mark.parametrize("item, named", [("steps", "'steps'"), ("=3", "'=3'"), ("my field=3", "'my field=3'"),

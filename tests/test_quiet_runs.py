@@ -6,9 +6,11 @@ import sys
 
 
 def test_cli_run_prints_no_warning_and_no_machine_path(tmp_path):
+    """A real `python -m gpolib train`: no warning, a summary for a person, then the JSON line scripts read last;
+    booleans typed as a shell user would (`routing_replay=false`, `log_expert_change=1`) are accepted."""
     out = tmp_path / "run"
     sets = ["steps=1", "prompts_per_step=2", "group_size=2", "max_new_tokens=24", "eval_prompts=2", "eval_samples=1",
-            "warmup_steps=0", "mu=1"]
+            "warmup_steps=0", "mu=1", "routing_replay=false", "log_expert_change=1"]
     argv = [sys.executable, "-m", "gpolib", "train", "--preset", "grpo", "--out", str(out)]
     for s in sets:
         argv += ["--set", s]
@@ -20,6 +22,23 @@ def test_cli_run_prints_no_warning_and_no_machine_path(tmp_path):
     assert adapter["base_model_name_or_path"] == "data/models/tiny-qwen3"
     assert "/" + "work" not in (out / "adapter" / "README.md").read_text()
     assert json.loads((out / "config.json").read_text())["data"]["model"].startswith("sha256:")
+    _check_printed_summary(proc.stdout, out)
+
+
+def _check_printed_summary(stdout: str, out):
+    """The human lines before the last one give the run's own numbers and paths; the last line is the JSON."""
+    *human, last = stdout.strip().splitlines()
+    row = json.loads(last)
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    summary = json.loads((out / "summary.json").read_text())
+    assert row["out"] == str(out) and row["steps"] == 1 and row["last"]["reward/mean"] == metrics[-1]["reward/mean"]
+    text = "\n".join(human)
+    assert human[-4].startswith("grpo seed 0: 1 step")
+    assert f"training reward at step 0: {metrics[-1]['reward/mean']:.3f}" in text
+    end, first = summary["eval_end"], summary["eval_start"]
+    assert f"{first['acc/sample']:.3f} at step 0 -> {end['acc/sample']:.3f} at step 1" in text
+    assert f"greedy: {first['acc/greedy']:.3f} -> {end['acc/greedy']:.3f}" in text
+    assert human[-1] == f"  run folder: {out} (config.json, metrics.jsonl); summary: {out / 'summary.json'}"
 
 
 def test_every_saved_adapter_names_the_base_as_configured(tmp_path):

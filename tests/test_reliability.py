@@ -125,7 +125,7 @@ BAD_CLI = [
     (["train", "--preset", "grpo", "--set", "nonsense=1"], "unknown TrainConfig field"),
     (["train", "--preset", "grpo", "--set", "badformat"], "FIELD=VALUE"),
     (["train", "--preset", "grpo", "--set", "steps=1.5"], "steps=1.5"),
-    (["train", "--preset", "grpo", "--set", "dynamic_sampling=1"], "dynamic_sampling=1"),
+    (["train", "--preset", "grpo", "--set", "dynamic_sampling=2"], "dynamic_sampling=2"),  # 1 / 0 / true: booleans
     (["train", "--preset", "grpo", "--set", "backend=sglang"], "backend='sglang'"),
     (["train", "--preset", "grpo", "--set", "mu=0"], "mu=0"),
     (["train", "--preset", "grpo", "--set", "max_new_tokens=-5"], "max_new_tokens=-5"),

@@ -29,6 +29,8 @@ from urllib.parse import unquote, urlparse
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run", "--remote-debugging-port=0")
 """how Chromium is started: headless, no sandbox (containers run as root), nothing fetched in the background"""
+OFFLINE = ("--no-proxy-server", "--host-resolver-rules=MAP * ~NOTFOUND")
+"""added for a page read without a network: no proxy, and no host name resolves"""
 NAMES = ("chromium", "chromium-browser", "google-chrome", "chrome")
 ENV = "GPOLIB_CHROMIUM"
 """the Chromium (or Chrome) executable to use, a path or a name on PATH; unset: the first of NAMES on PATH"""
@@ -51,6 +53,13 @@ _LAYOUT = """JSON.stringify({
   line: parseFloat(getComputedStyle(document.querySelector('.board summary span') || document.body).lineHeight),
   rows: Array.from(document.querySelectorAll('.board details.claim')).map(d => ({id: d.id, open: d.open,
     height: d.getBoundingClientRect().height}))})"""
+
+
+_MATHS = """(window.MathJax && MathJax.startup ? MathJax.startup.promise : Promise.resolve()).then(() =>
+  JSON.stringify({typeset: document.querySelectorAll('mjx-container').length,
+    errors: document.querySelectorAll('mjx-merror, [data-mml-node="merror"]').length,
+    raw: Array.from(document.querySelectorAll('.jp-RenderedMarkdown'))
+      .filter(e => /\\$[^$\\s][^$]*\\$/.test(e.innerText)).length}))"""
 
 
 def find_chromium() -> str:
@@ -138,12 +147,13 @@ def _devtools_url(profile_dir: Path, proc, timeout: float) -> str:
 
 
 @contextlib.contextmanager
-def open_page(width: int = 1280, height: int = 1000, timeout: float = 60.0):
-    """A headless Chromium with a fresh profile and one tab of width x height; closed on exit."""
+def open_page(width: int = 1280, height: int = 1000, timeout: float = 60.0, offline: bool = False):
+    """A headless Chromium with a fresh profile and one tab of width x height (no network: `offline`, OFFLINE);
+    closed on exit."""
     import websocket  # websocket-client
 
     profile_dir = Path(tempfile.mkdtemp(prefix="gpolib-chromium-"))
-    proc = subprocess.Popen([find_chromium(), *FLAGS, f"--user-data-dir={profile_dir}",
+    proc = subprocess.Popen([find_chromium(), *FLAGS, *(OFFLINE if offline else ()), f"--user-data-dir={profile_dir}",
                              f"--window-size={width},{height}", "about:blank"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ws = None
@@ -172,6 +182,16 @@ def layout(page: Page) -> dict:
     """Where things sit on the loaded page (CSS pixels): viewport and scroll width, each phenomenon's bottom and
     image count, the scoreboard's top and bottom, its line height, and each scoreboard line's height and state."""
     return json.loads(page.evaluate(_LAYOUT))
+
+
+def maths(page: Page, html: Path | str) -> dict:
+    """Open a local page and wait for its MathJax (if any) to finish: how many formulas it typeset, how many of them
+    are TeX errors, how many rendered Markdown cells still show raw `$...$`, and the http(s) URLs it requested."""
+    page.call("Network.enable")
+    page.goto(Path(html).resolve().as_uri())
+    result = page.call("Runtime.evaluate", expression=_MATHS, awaitPromise=True, returnByValue=True)["result"]
+    urls = [e["params"]["request"]["url"] for e in page.events if e.get("method") == "Network.requestWillBeSent"]
+    return {**json.loads(result["value"]), "requests": [u for u in urls if urlparse(u).scheme in ("http", "https")]}
 
 
 def _has_id(file: Path, fragment: str) -> bool:

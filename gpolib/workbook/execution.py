@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 
 from .. import paths
+from .html_export import export, stable_html  # noqa: F401  (stable_html: the byte-stable export, tested here)
 
 
 class NotebookFailed(RuntimeError):
@@ -198,7 +199,7 @@ def failed_copy(executed: Path) -> Path:
 
 
 def execute(job, executed: Path, html: Path) -> None:
-    """Run one notebook with papermill, stamp gpolib metadata, export HTML.
+    """Run one notebook with papermill, stamp gpolib metadata, export HTML (`html_export`: maths offline).
 
     papermill writes its output after every cell, so it writes to a temporary beside `executed`; the executed copy
     and the HTML are replaced (each atomically, `folders.write_text`) only once the notebook finished. A notebook
@@ -206,7 +207,6 @@ def execute(job, executed: Path, html: Path) -> None:
     """
     import nbformat
     import papermill as pm
-    from nbconvert import HTMLExporter
 
     from ..folders import temporary_beside, write_text
 
@@ -232,21 +232,9 @@ def execute(job, executed: Path, html: Path) -> None:
         nb.metadata["papermill"]["output_path"] = paths.relative(executed)  # where it lands, not the temporary
         nb.metadata["gpolib"] = {"params_hash": job.params_hash, "parameters": job.params}  # no time: see `stable`
         text = nbformat.writes(stable(nb))
-        # read back: the file's key order (nbformat writes sorted keys), not the run's, orders the HTML's widgets
-        body, _ = HTMLExporter().from_notebook_node(nbformat.reads(text, as_version=4))
         write_text(executed, text if text.endswith("\n") else text + "\n")
-        write_text(html, stable_html(body))
+        # read back: the file's key order (nbformat writes sorted keys), not the run's, orders the HTML's widgets
+        export(executed, html)
     finally:
         tmp.unlink(missing_ok=True)
     failed_copy(executed).unlink(missing_ok=True)
-
-
-_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-
-
-def stable_html(body: str) -> str:
-    """The exported HTML with each random uuid the exporter gives a widget view's element replaced by its rank of
-    first appearance (`view-<n>`), so that an unchanged notebook exports the same bytes."""
-    ids = dict.fromkeys(m.group(1) for m in re.finditer(r'id="(' + _UUID.pattern + ')"', body))  # element ids only
-    ranks = {u: f"view-{i:04d}" for i, u in enumerate(ids)}
-    return _UUID.sub(lambda m: ranks.get(m.group(), m.group()), body) if ranks else body
