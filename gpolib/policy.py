@@ -5,11 +5,13 @@ never the trainer (a test can build both by hand, see tests/test_phases.py).
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
 
 from . import qwen_ops
+from .lora import folded_experts
 from .logprobs import completion_logps
 from .rollout import Rollout
 
@@ -33,8 +35,10 @@ class Policy:
     def logps(self, ro: Rollout, rows=slice(None), with_entropy: bool = False, chunk_rows: int = 64,
               bucket: bool = True, packed: bool = False, justify: bool = True):
         """log pi_theta of the completion tokens of `rows` (with grad), (b, T) [, entropy (b, T)]; a Qwen3 policy's
-        RMSNorm and RoPE with their backward written out (`qwen_ops`). bucket / packed / justify: `completion_logps`."""
-        with qwen_ops.fused(self.fused_ops):
+        RMSNorm and RoPE with their backward written out (`qwen_ops`); in a no-grad pass an MoE's expert LoRA folded
+        once for all chunks (`lora.folded_experts`, bit for bit peft's). bucket / packed / justify: `completion_logps`."""
+        fold = folded_experts(self.model) if not torch.is_grad_enabled() else contextlib.nullcontext()
+        with qwen_ops.fused(self.fused_ops), fold:
             return completion_logps(self.model, ro.prompt_ids[rows].to(self.device),
                                     ro.prompt_mask[rows].to(self.device),
                                     ro.completion_ids[rows].to(self.device), ro.completion_mask[rows].to(self.device),
