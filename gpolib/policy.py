@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from . import qwen_ops
+from .engine import grouped_swiglu
 from .lora import folded_experts
 from .logprobs import completion_logps
 from .rollout import Rollout
@@ -31,14 +32,20 @@ class Policy:
     """the rollout temperature: log pi = log softmax(logits / temperature)"""
     fused_ops: bool = True
     """RMSNorm and RoPE with their backward written out (`qwen_ops`); False: transformers' own (for comparisons)"""
+    experts_kernel: bool = True
+    """no-grad passes (pi_old, the routing passes of `moe/expert_change`): an MoE's routed experts by the C++ kernel
+    (`gpolib.engine.grouped_swiglu`) where it serves; False: `qwen_ops.experts_forward` (for comparisons)"""
 
     def logps(self, ro: Rollout, rows=slice(None), with_entropy: bool = False, chunk_rows: int = 64,
               bucket: bool = True, packed: bool = False, justify: bool = True):
         """log pi_theta of the completion tokens of `rows` (with grad), (b, T) [, entropy (b, T)]; a Qwen3 policy's
         RMSNorm and RoPE with their backward written out (`qwen_ops`); in a no-grad pass an MoE's expert LoRA folded
-        once for all chunks (`lora.folded_experts`, bit for bit peft's). bucket / packed / justify: `completion_logps`."""
-        fold = folded_experts(self.model) if not torch.is_grad_enabled() else contextlib.nullcontext()
-        with qwen_ops.fused(self.fused_ops), fold:
+        once for all chunks (`lora.folded_experts`, bit for bit peft's) and its experts by the C++ kernel where it
+        serves (`experts_kernel`). bucket / packed / justify: `completion_logps`."""
+        no_grad = not torch.is_grad_enabled()
+        fold = folded_experts(self.model) if no_grad else contextlib.nullcontext()
+        experts = grouped_swiglu if no_grad and self.experts_kernel else None
+        with qwen_ops.fused(self.fused_ops, experts=experts), fold:
             return completion_logps(self.model, ro.prompt_ids[rows].to(self.device),
                                     ro.prompt_mask[rows].to(self.device),
                                     ro.completion_ids[rows].to(self.device), ro.completion_mask[rows].to(self.device),
