@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from . import qwen_ops
-from .engine import grouped_swiglu
+from .engine import no_grad_experts
 from .lora import folded_experts
 from .logprobs import completion_logps
 from .rollout import Rollout
@@ -34,7 +34,7 @@ class Policy:
     """RMSNorm and RoPE with their backward written out (`qwen_ops`); False: transformers' own (for comparisons)"""
     experts_kernel: bool = True
     """no-grad passes (pi_old, the routing passes of `moe/expert_change`): an MoE's routed experts by the C++ kernel
-    (`gpolib.engine.grouped_swiglu`) where it serves; False: `qwen_ops.experts_forward` (for comparisons)"""
+    (`gpolib.engine.no_grad_experts`) where it serves; False: `qwen_ops.experts_forward` (for comparisons)"""
 
     def logps(self, ro: Rollout, rows=slice(None), with_entropy: bool = False, chunk_rows: int = 64,
               bucket: bool = True, packed: bool = False, justify: bool = True):
@@ -44,7 +44,7 @@ class Policy:
         serves (`experts_kernel`). bucket / packed / justify: `completion_logps`."""
         no_grad = not torch.is_grad_enabled()
         fold = folded_experts(self.model) if no_grad else contextlib.nullcontext()
-        experts = grouped_swiglu if no_grad and self.experts_kernel else None
+        experts = no_grad_experts() if no_grad and self.experts_kernel else None
         with qwen_ops.fused(self.fused_ops, experts=experts), fold:
             return completion_logps(self.model, ro.prompt_ids[rows].to(self.device),
                                     ro.prompt_mask[rows].to(self.device),

@@ -361,11 +361,31 @@ def test_moe_experts_as_grouped_matmuls_equal_the_per_expert_loop(tok, monkeypat
         monkeypatch.setattr(decoder, "_grouped_swiglu", lambda *a: calls.append(name) or real_grouped(*a))
         torch.manual_seed(3)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-            out[name] = sample(model, ids, mask, _spec(tok, 24, engine="decoder", plan=(1, 1)))
+            out[name] = sample(model, ids, mask, _spec(tok, 24, engine="decoder", plan=(1, 1), kernels="attention"))
     assert set(calls) == {"grouped"}
     assert torch.equal(out["loop"][0], out["grouped"][0])
     cm = completion_masks(out["loop"][0], tok.eos_token_id)[0].bool()
     assert (out["loop"][1] - out["grouped"][1])[cm].abs().max() <= 1e-5
+
+
+def test_float32_moe_experts_by_the_kernel_sample_as_torch(tok, monkeypatch):
+    """kernels='all' on a float32 MoE: each layer's routed experts in one C++ call (`experts_kernel`, issue 50)
+    against the torch path (kernels='attention': grouped matmuls at 32+ tokens, all experts below): the kernel path is
+    taken and gives the same tokens, sampling log-probs equal to float32 rounding."""
+    from gpolib.engine import experts_kernel
+
+    model = random_model("moe-fine", tok, torch.float32)
+    ids, mask = _prompt_batch(tok, group=16)  # (48, P): steps above and below 32 rows as rows finish
+    calls, real = [], experts_kernel.packed_swiglu
+    monkeypatch.setattr(experts_kernel, "packed_swiglu", lambda *a, **k: calls.append(1) or real(*a, **k))
+    out = {}
+    for kernels in ("all", "attention"):
+        torch.manual_seed(3)
+        out[kernels] = sample(model, ids, mask, _spec(tok, 24, engine="decoder", plan=(1, 1), kernels=kernels))
+    assert len(calls) >= 24 * 8  # every layer of every step took the kernel under 'all', none under 'attention'
+    assert torch.equal(out["all"][0], out["attention"][0])
+    cm = completion_masks(out["all"][0], tok.eos_token_id)[0].bool()
+    assert (out["all"][1] - out["attention"][1])[cm].abs().max() <= 1e-5
 
 
 def test_bf16_experts_held_in_float32_round_as_the_bf16_kernel():

@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 
 from ..lora import merged_lora
-from . import attention_kernel
+from . import attention_kernel, experts_kernel, kernel_choice
 from .experts_kernel import grouped_swiglu
 from .loop import HFNet, after_eos_padded, decode_loop
 from .native import KERNELS
@@ -34,7 +34,7 @@ from .vllm_backend import make_engine as make_vllm_engine
 from .weights import for_engine
 
 __all__ = ["ENGINES", "INSTALL_HINT", "KERNELS", "PLANNER", "Planner", "PolicyEngine", "SampleSpec", "grouped_swiglu",
-           "kernels_built", "make_vllm_engine", "sample", "vllm_sample"]
+           "kernels_built", "no_grad_experts", "make_vllm_engine", "sample", "vllm_sample"]
 
 PLANNER = Planner()
 """the plans of this process's decoder batches, used by `sample` unless a call passes its own planner"""
@@ -66,3 +66,10 @@ def sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, spec: Sam
 def kernels_built() -> bool:
     """gpolib's C++ kernels are built for this machine (else every decoder step is torch, whatever `spec.kernels`)."""
     return attention_kernel.available()
+
+
+def no_grad_experts():
+    """The MoE experts function for the trainer's no-grad passes (`qwen_ops.fused(experts=...)`): the C++ kernel's
+    `grouped_swiglu` where it is built and this machine's kernel choice is not 'none' (`kernel_choice.default`),
+    else None (torch's grouped path)."""
+    return grouped_swiglu if experts_kernel.available() and kernel_choice.default() != "none" else None

@@ -8,10 +8,10 @@ SwiGLU and the routing weight in between, summing each token's slots in expert o
 `qwen_ops.experts_forward`, with another order of the sums inside each matmul and a polynomial exp in SiLU (float32
 rounding: tests/test_experts_kernel.py).
 
-`grouped_swiglu` serves float32 CPU tensors where the library is built and the machine's kernel choice is not 'none'
-(`kernel_choice.default`: on a CPU where the C++ kernels run slower than torch, torch stays); the trainer's no-grad
-passes reach it through `qwen_ops.fused(experts=...)` (`Policy.logps`), the float32 decoder through `pack` in its
-layer weights. No gradient: a caller that needs one keeps the torch path.
+`grouped_swiglu` serves float32 CPU tensors where the library is built; the trainer's no-grad passes reach it through
+`gpolib.engine.no_grad_experts` (only where the machine's kernel choice is not 'none': on a CPU where the C++ kernels
+run slower than torch, torch stays) and `qwen_ops.fused(experts=...)` (`Policy.logps`), the float32 decoder with
+kernels='all' through `pack_right` in its layer weights. No gradient: a caller that needs one keeps the torch path.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import functools
 
 import torch
 
-from . import kernel_choice, native
+from . import native
 from .step_kernel import NR, padded
 
 
@@ -32,9 +32,9 @@ def _function():
                                                      ptr, i64])
 
 
-def usable(kernels: str | None = None) -> bool:
-    """The kernel is built here and the kernels in use (`kernels`, default the machine's choice) are not 'none'."""
-    return _function() is not None and kernel_choice.resolve(kernels) != "none"
+def available() -> bool:
+    """The kernel is built for this machine."""
+    return _function() is not None
 
 
 def pack(gate_up: torch.Tensor, down: torch.Tensor) -> tuple:
@@ -96,7 +96,7 @@ def grouped_swiglu(hidden: torch.Tensor, idx: torch.Tensor, w: torch.Tensor, gat
     down (E, H, I) -> (N, H); None where the kernel cannot serve (not `usable`, another dtype or device, a gradient
     asked for): the caller then computes it itself."""
     ts = (hidden, w, gate_up, down)
-    if (torch.is_grad_enabled() and any(t.requires_grad for t in ts)) or not usable() \
+    if (torch.is_grad_enabled() and any(t.requires_grad for t in ts)) or not available() \
             or any(t.dtype != torch.float32 or t.device.type != "cpu" for t in ts):
         return None
     return packed_swiglu(hidden, idx, w, pack(gate_up.detach(), down.detach()))
