@@ -8,7 +8,10 @@ profile's new tokens), on the dense embedded policy (`tiny-qwen3`, 887k paramete
 the mu minibatch updates and, on the MoE, P3's measure. Arms:
 - `dense`: the dense policy, the fp32 decoder (its default engine);
 - `moe`: the fine MoE, the fp32 decoder;
-- `moe_bf16`: the fine MoE with notebook 08's engine (bf16 autocast, `gspo_moe.ENGINE`), as its committed runs.
+- `moe_bf16`: the fine MoE with notebook 08's engine (bf16 autocast, `gspo_moe.ENGINE`), as its committed runs;
+- `moe_torch`: `moe` with issue 50's switchable changes off for its steps (`issue50_off`): experts by torch in the
+  no-grad passes and the decoder, the experts' LoRA folded at every forward call, new tensors NaN-filled (the routing
+  passes' justified layout stays): the same process's before / after.
 One process, `--threads` torch threads (a notebook job's: 1), each arm's trainer built once and warmed up by one
 step, then `--repeats` steps per arm, interleaved (order alternating per repeat); step r of every arm samples the
 same prompts (same seed). Printed: seconds per step per arm and repeat, the median of the per-repeat ratio to
@@ -26,11 +29,13 @@ beside. The phases:
   optimizer            gradient clip + AdamW + schedule
   other                the rest of the step (advantages, filters, loss, metrics)
 
-    python benchmarks/moe_vs_dense_step.py [--repeats 3] [--threads 1] [--arms dense moe moe_bf16] [--json FILE]
+    python benchmarks/moe_vs_dense_step.py [--repeats 3] [--threads 1] [--arms dense moe moe_bf16 moe_torch]
+                                           [--json FILE]
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -40,8 +45,12 @@ import time
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402
 
+import torch.utils.deterministic  # noqa: E402
+
 from gpolib import moe  # noqa: E402
+from gpolib import policy as P  # noqa: E402
 from gpolib import update as U  # noqa: E402
+from gpolib.engine import decoder  # noqa: E402
 from gpolib.bench.common import environment, matmul_peak_gflops  # noqa: E402
 from gpolib.lab import gspo_moe  # noqa: E402
 from gpolib.lab.runs import configs  # noqa: E402
@@ -61,13 +70,28 @@ def arm_config(arm: str, max_new_tokens: int | None):
         shared["max_new_tokens"] = max_new_tokens
     if arm == "dense":
         fields.update(model=EMBEDDED["dense"], train_router=False, rollout_autocast=None)
-    elif arm == "moe":
+    elif arm in ("moe", "moe_torch"):
         fields.update(model=EMBEDDED["moe-fine"], rollout_autocast=None)
     elif arm == "moe_bf16":
         fields.update(model=EMBEDDED["moe-fine"])
     else:
-        raise ValueError(f"arm={arm!r} is invalid; allowed: dense, moe, moe_bf16")
+        raise ValueError(f"arm={arm!r} is invalid; allowed: dense, moe, moe_bf16, moe_torch")
     return configs({arm: fields}, shared)[arm]
+
+
+@contextlib.contextmanager
+def issue50_off(trainer: Trainer):
+    """Issue 50's switchable changes off while the block runs (module docstring, `moe_torch`)."""
+    pack, fold, fill = decoder._pack_experts, P.folded_experts, torch.utils.deterministic.fill_uninitialized_memory
+    decoder._pack_experts, P.folded_experts = (lambda w: None), (lambda model: contextlib.nullcontext())
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    trainer.policy.experts_kernel = False
+    try:
+        yield
+    finally:
+        decoder._pack_experts, P.folded_experts = pack, fold
+        torch.utils.deterministic.fill_uninitialized_memory = fill
+        trainer.policy.experts_kernel = True
 
 
 def active_parameters(model) -> int:
@@ -161,11 +185,12 @@ class StepTimers:
         U.policy_loss, torch.nn.utils.clip_grad_norm_ = self.orig["policy_loss"], self.orig["clip"]
 
 
-def timed_step(trainer: Trainer, step: int) -> dict:
-    """One `train_step`: wall seconds, new tokens, phase seconds and positions fed per phase."""
+def timed_step(trainer: Trainer, step: int, arm: str) -> dict:
+    """One `train_step` of `arm`: wall seconds, new tokens, phase seconds and positions fed per phase."""
     timers = StepTimers(trainer)
+    off = issue50_off(trainer) if arm == "moe_torch" else contextlib.nullcontext()
     t0 = time.perf_counter()
-    with timers:
+    with timers, off:
         row = train_step(trainer, step)
     wall = time.perf_counter() - t0
     phases = {p: timers.s.get(p, 0.0) for p in PHASES}
@@ -201,7 +226,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (a notebook's job has 1)")
-    ap.add_argument("--arms", nargs="+", default=["dense", "moe", "moe_bf16"])
+    ap.add_argument("--arms", nargs="+", default=["dense", "moe", "moe_bf16", "moe_torch"])
     ap.add_argument("--max-new-tokens", type=int, default=None, help="default: the preset's")
     ap.add_argument("--json", default=None, help="also write every number to this file")
     args = ap.parse_args()
@@ -214,12 +239,12 @@ def main() -> None:
     trainers = {a: Trainer(arm_config(a, args.max_new_tokens)) for a in args.arms}
     for a, tr in trainers.items():
         t0 = time.perf_counter()
-        timed_step(tr, 0)
+        timed_step(tr, 0, a)
         print(f"warm-up {a}: {time.perf_counter() - t0:.2f} s")
     steps = {a: [] for a in args.arms}
     for rep in range(args.repeats):
         for a in (args.arms if rep % 2 == 0 else args.arms[::-1]):
-            steps[a].append(timed_step(trainers[a], rep + 1))
+            steps[a].append(timed_step(trainers[a], rep + 1, a))
         print(f"repeat {rep}: " + ", ".join(f"{a} {steps[a][-1]['s']:.2f} s" for a in args.arms), flush=True)
     n_active = {a: active_parameters(tr.model) for a, tr in trainers.items()}
     for a in args.arms:
