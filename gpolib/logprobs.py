@@ -132,8 +132,9 @@ def completion_logps(model, prompt_ids, prompt_mask, completion_ids, completion_
     prompt_ids/mask (B, P) left-padded, completion_ids/mask (B, T) right-padded
     -> logps (B, T) [, entropy (B, T) detached]; zeros on padding.
     bucket=False keeps the rows' order and padding in one pass per chunk (needed by routing replay).
-    justify=True (with bucket): each chunk's rows left-justified, no attention mask (module docstring); False: the
-    padded layout under its mask (a routing record of it is per padded position, `update._routing_pass`).
+    justify=True (with bucket): each chunk's rows left-justified, no attention mask (module docstring; a routing
+    record of it holds each row's real positions first, `update._routing_pass`); False: the padded layout under its
+    mask (a routing record of it is per padded position).
     packed=True feeds each chunk of `chunk_rows` rows (in their order) as one packed sequence without padding
     (module docstring); a routing record of it is in packed order, `moe.to_packed` turns a padded one into it.
     """
