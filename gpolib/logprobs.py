@@ -96,8 +96,9 @@ def completion_logps(model, prompt_ids, prompt_mask, completion_ids, completion_
     prompt_ids/mask (B, P) left-padded, completion_ids/mask (B, T) right-padded
     -> logps (B, T) [, entropy (B, T) detached]; zeros on padding.
     bucket=False keeps the rows' order and padding in one pass per chunk (needed by routing replay).
-    justify=True (with bucket): each chunk's rows left-justified, no attention mask (module docstring); False: the
-    padded layout under its mask (a routing record of it is per padded position, `moe.routing_pass`).
+    justify=True (with bucket): each chunk's rows left-justified, no attention mask (module docstring; a routing
+    record of it holds each row's real positions first, `moe.routing_pass`); False: the padded layout under its
+    mask (a routing record of it is per padded position).
     """
     T = completion_ids.shape[1]
     pad = lambda x: torch.nn.functional.pad(x, (0, T - x.shape[1]))  # (b, t) -> (b, T)

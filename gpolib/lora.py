@@ -83,3 +83,50 @@ def use_peft_forward(model) -> int:
     for m in layers:
         m.__dict__.pop("forward", None)
     return len(layers)
+
+
+def _expert_wrappers(model) -> list:
+    """peft's LoRA wrappers of 3-D parameters (`target_parameters`: an MoE's stacked experts) of `model`."""
+    try:
+        from peft.tuners.lora.layer import ParamWrapper
+    except ImportError:
+        return []
+    return [m for m in model.modules() if isinstance(m, ParamWrapper)]
+
+
+def _foldable(m) -> bool:
+    """One active adapter, not merged, not disabled, stacked experts in float32 / float64: peft then computes the
+    parameter as W + s * lhs @ rhs with one `baddbmm` (its `_LoraFactorsProxy`) at every forward call."""
+    names = m.active_adapters
+    return (len(names) == 1 and names[0] in m.lora_A and not m.merged and not m.disable_adapters
+            and m.num_experts > 1 and m.get_param().dtype in (torch.float32, torch.float64))
+
+
+@contextlib.contextmanager
+def folded_experts(model):
+    """No-grad passes only: the LoRA of an MoE's stacked experts folded into their weights once for the block, by
+    peft's own arithmetic, instead of at every forward call.
+
+    peft's `ParamWrapper` recomputes W' = baddbmm(W, lhs, rhs, alpha=s) (E, out, in) on each call, one small matmul
+    per expert on the CPU; a pass over a rollout in chunks of 16 rows calls it once per chunk and layer. Here W' is
+    computed by the same call once, put in W's place, and the wrappers marked merged so that peft reads it as it is;
+    on exit the original tensors come back (no subtraction: exact). Same W' bit for bit, so the same pass
+    (tests/test_lora.py). Inside the block the experts' LoRA gets no gradient: use it under no_grad /
+    inference_mode only; wrappers that are not `_foldable` (disabled adapters: the reference policy) are left alone."""
+    layers = [m for m in _expert_wrappers(model) if _foldable(m)]
+    saved = []
+    try:
+        with torch.no_grad():
+            for m in layers:
+                lhs, rhs, s = m.get_delta_factors(m.active_adapters[0])
+                w = m.get_param()
+                with torch.autocast(device_type=w.device.type, enabled=False):
+                    folded = torch.baddbmm(w, lhs, rhs, alpha=s)  # (E, out, in), as peft's `_LoraFactorsProxy`
+                saved.append((m, w, w.data))
+                w.data = folded
+                m.merged_adapters = list(m.active_adapters)  # peft's forward then calls the base layer as it is
+        yield
+    finally:
+        for m, w, data in saved:
+            w.data = data
+            m.merged_adapters = []

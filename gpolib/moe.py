@@ -151,17 +151,18 @@ def routing_pass(policy, ro, chunk_rows: int) -> tuple:
     """One no-grad pass over every row under the current policy: log-probs (B, T) and each MoE layer's experts, one
     (N, k) per layer over the N real positions in row-major order (`real_positions`), whatever order the forward
     passes ran in. The rows run in length-sorted chunks of `chunk_rows` (memory bounded as in training), each cut to
-    its longest row (`logprobs.chunks(trim=True)`); `benchmarks/README.md` (`moe_update_pass.py`) has its timing."""
+    its longest row (`logprobs.chunks(trim=True)`) and left-justified as the training forward (no attention mask;
+    each row's real positions first); `benchmarks/README.md` (`moe_update_pass.py`) has its timing."""
     experts: list = []
     policy.model.eval()
     with torch.inference_mode(), record_routing(policy.model, experts):
-        lp = policy.logps(ro, chunk_rows=chunk_rows, bucket=True, justify=False)  # the record per padded position
+        lp = policy.logps(ro, chunk_rows=chunk_rows, bucket=True, justify=True)  # the record per justified position
     layers = stack_by_layer(experts, len(routers(policy.model)))  # per layer (sum_c b_c L_c, k)
     keep = real_positions(ro)  # (B, P+T)
-    P = ro.prompt_mask.shape[1]
     kept, order = [], []
-    for rows, p0, t in chunks(ro.prompt_mask, ro.completion_mask, chunk_rows, trim=True):
-        kept.append(keep[rows][:, p0:P + t].reshape(-1))  # this chunk's padded positions: real or not
+    for rows, _, _ in chunks(ro.prompt_mask, ro.completion_mask, chunk_rows, trim=True):
+        n_real = keep[rows].sum(dim=1)  # (b,): a justified row holds its real positions first, in row-major order
+        kept.append((torch.arange(int(n_real.max()))[None, :] < n_real[:, None]).reshape(-1))  # (b L,)
         order.append(rows)
     real = torch.cat(kept)  # (sum_c b_c L_c,) in the order the passes ran
     rows = torch.cat(order)  # (B,): the rows in chunk order

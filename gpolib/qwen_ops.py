@@ -40,16 +40,20 @@ def active() -> bool:
 
 
 @contextlib.contextmanager
-def fused(on: bool = True):
-    """Within the block (this thread only), Qwen3 / Qwen3-MoE RMSNorm and RoPE take the written-out path."""
+def fused(on: bool = True, experts=None):
+    """Within the block (this thread only), Qwen3 / Qwen3-MoE RMSNorm and RoPE take the written-out path.
+
+    experts: where no gradient is recorded, a function computing Qwen3-MoE's routed experts as `experts_forward`
+    (hidden, top_k_index, top_k_weights, gate_up_proj, down_proj) -> (N, H), or None where it cannot serve (e.g.
+    `gpolib.engine.grouped_swiglu`, the C++ kernel); None: `experts_forward` throughout."""
     if on:
         install()  # here, not at import: importing gpolib loads no transformers model code
-    before = active()
-    _STATE.on = on
+    before = active(), getattr(_STATE, "experts", None)
+    _STATE.on, _STATE.experts = on, experts
     try:
         yield
     finally:
-        _STATE.on = before
+        _STATE.on, _STATE.experts = before
 
 
 class RMSNormFn(torch.autograd.Function):
@@ -158,6 +162,22 @@ def grouped_mm_fits(*weights) -> bool:
         d * w.element_size() % 16 == 0 for w in weights for d in w.shape[-2:])
 
 
+def _is_silu(act_fn) -> bool:
+    """torch's SiLU module or transformers' (`ACT2FN['silu']`, `SiLUActivation`)."""
+    return isinstance(act_fn, torch.nn.SiLU) or type(act_fn).__name__ == "SiLUActivation"
+
+
+def _no_grad_experts(hidden, index, weights, gate_up, down, act_fn) -> torch.Tensor:
+    """`experts_forward`, or the `fused(experts=...)` block's function where no gradient is recorded and it serves
+    (SiLU experts only, the function's activation)."""
+    fn = getattr(_STATE, "experts", None)
+    if fn is not None and not torch.is_grad_enabled() and _is_silu(act_fn):
+        out = fn(hidden, index, weights, gate_up, down)
+        if out is not None:
+            return out
+    return experts_forward(hidden, index, weights, gate_up, down, act_fn)
+
+
 def _wrap_experts(cls) -> None:
     own = cls.forward
 
@@ -165,7 +185,7 @@ def _wrap_experts(cls) -> None:
         if EXPERTS and active() and hidden_states.dtype == torch.float32:
             gate_up, down = self.gate_up_proj, self.down_proj  # under peft's LoRA: the adapted weights, read once
             if _plain(hidden_states, gate_up, down, top_k_weights) and grouped_mm_fits(gate_up, down):
-                return experts_forward(hidden_states, top_k_index, top_k_weights, gate_up, down, self.act_fn)
+                return _no_grad_experts(hidden_states, top_k_index, top_k_weights, gate_up, down, self.act_fn)
         return own(self, hidden_states, top_k_index, top_k_weights)
 
     forward.gpolib_wrapped = own

@@ -37,13 +37,22 @@ def deterministic_cpu(device: str) -> None:
     transformers' Qwen3-MoE runs its experts through a grouped matmul (`experts_implementation='grouped_mm'`, the
     default), whose backward on 2 threads otherwise accumulates in thread order: measured on the fine-grained embedded
     MoE, two pre-trainings of one recipe had different weights after 4 steps and the gradients of one batch differed
-    in every parameter, while 1 thread, transformers' eager experts (slower) or this setting gave equal bits.
-    With it, runs of one configuration on one machine repeat, at no measured cost (benchmarks/README.md, "Timings
-    that were in docstrings"). Called by the trainer and the pre-training at their start."""
+    in every parameter, while 1 thread, transformers' eager experts (1.7x slower) or this setting gave equal bits.
+    With it, runs of one configuration on one machine repeat. Cost measured on the embedded models (2 threads,
+    interleaved): the fine MoE's pre-training step 1.1 s (1.3 s without), the dense trainer's forward + backward and
+    the rollout unchanged. Called by the trainer and the pre-training at their start.
+
+    Without the setting's other half, `torch.utils.deterministic.fill_uninitialized_memory` (on by default with it),
+    which fills every new tensor of `empty` with NaN so that a kernel reading memory it never wrote shows: on the fine
+    MoE, the grouped matmul's outputs and `index_select`'s gathered rows, (N k, H) per layer and chunk, were filled
+    once each, ~19% of a no-grad pass over a rollout (one thread, `benchmarks/moe_vs_dense_step.py`). Kernels that
+    write all of their output compute the same bits either way (tests/test_runtime.py)."""
     if str(device).startswith("cpu"):
         import torch
+        import torch.utils.deterministic
 
         torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.utils.deterministic.fill_uninitialized_memory = False
 
 
 KNOWN_WARNINGS = (

@@ -99,3 +99,46 @@ def test_lean_forward_does_no_output_sized_multiply_or_add():
     assert _elementwise_at_output_size(layer, x) == []
     use_peft_forward(model)  # peft's forward: result + lora_B(lora_A(x)) * scaling
     assert len(_elementwise_at_output_size(layer, x)) >= 2
+
+
+def _routed_logps(model, ids, fold: bool) -> tuple:
+    """No-grad logits (B, L, V) and each MoE layer's experts, with the experts' LoRA folded for the pass or not."""
+    from gpolib import moe
+    from gpolib.lora import folded_experts
+
+    store: list = []
+    with torch.inference_mode(), moe.record_routing(model, store), (folded_experts(model) if fold else _null()):
+        logits = model(input_ids=ids, use_cache=False).logits
+    return logits, store
+
+
+def _null():
+    import contextlib
+    return contextlib.nullcontext()
+
+
+def test_folded_experts_give_peft_pass_bit_for_bit_and_restore_weights():
+    """The fine MoE's stacked experts with a trained LoRA: a no-grad pass with the LoRA folded once (`folded_experts`)
+    gives peft's logits and routing bit for bit; the weights and peft's state come back; disabled adapters (the
+    reference policy) are not folded."""
+    from peft.tuners.lora.layer import ParamWrapper
+
+    model, tok = load_policy(EMBEDDED["moe-fine"], lora_r=16, lora_alpha=32, train_router=True)
+    _trained_adapter(model, seed=3)
+    ids = tok(["3*47+5=", "12-4*9+100="], return_tensors="pt", padding=True)["input_ids"]  # (2, L)
+    wrappers = [m for m in model.modules() if isinstance(m, ParamWrapper)]
+    assert len(wrappers) == 16  # 8 layers x (gate_up, down)
+    before = [(m.get_param(), m.get_param().data.clone()) for m in wrappers]
+    ref_logits, ref_routes = _routed_logps(model, ids, fold=False)
+    logits, routes = _routed_logps(model, ids, fold=True)
+    assert torch.equal(logits, ref_logits)
+    assert len(routes) == 8 and all(torch.equal(a, b) for a, b in zip(routes, ref_routes))
+    assert all(m.get_param() is p and torch.equal(p.data, d) and not m.merged for m, (p, d) in zip(wrappers, before))
+    plain = model(input_ids=ids, use_cache=False).logits.detach()  # adapters on again, peft's own path
+    assert torch.equal(plain, ref_logits)
+    with model.disable_adapter():
+        from gpolib.lora import folded_experts
+        with torch.no_grad(), folded_experts(model):
+            assert not any(m.merged for m in wrappers)
+            base = model(input_ids=ids, use_cache=False).logits
+    assert (base - ref_logits).abs().max() > 1e-3  # the adapter matters here, so the equalities above say something

@@ -366,7 +366,7 @@ def test_moe_experts_as_grouped_matmuls_equal_the_per_expert_loop(tok, monkeypat
         monkeypatch.setattr(decoder, "_grouped_swiglu", lambda *a: calls.append(name) or real_grouped(*a))
         torch.manual_seed(3)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-            out[name] = sample(model, ids, mask, _spec(tok, 24, engine="decoder", plan=(1, 1)))
+            out[name] = sample(model, ids, mask, _spec(tok, 24, engine="decoder", plan=(1, 1), kernels="attention"))
     assert set(calls) == {"grouped"}
     assert torch.equal(out["loop"][0], out["grouped"][0])
     cm = completion_masks(out["loop"][0], tok.eos_token_id)[0].bool()
@@ -398,6 +398,33 @@ def test_bf16_experts_held_in_float32_round_as_every_bf16_kernel():
     the interval every such kernel may give (`_rounding_interval`, from the unit roundoffs and the reduction length
     alone); outside near-ties (exact sums within float32 summation error of a bf16 rounding boundary) the interval
     is one bf16 value, so both paths give exactly the correctly rounded sum there."""
+
+
+def test_float32_moe_experts_by_the_kernel_sample_as_torch(tok, monkeypatch):
+    """kernels='all' on a float32 MoE: each layer's routed experts in one C++ call (`experts_kernel`, issue 50)
+    against the torch path (kernels='attention': grouped matmuls at 32+ tokens, all experts below): the kernel path is
+    taken and gives the same tokens, sampling log-probs equal to float32 rounding."""
+    from gpolib.engine import experts_kernel
+
+    model = random_model("moe-fine", tok, torch.float32)
+    ids, mask = _prompt_batch(tok, group=16)  # (48, P): steps above and below 32 rows as rows finish
+    calls, real = [], experts_kernel.packed_swiglu
+    monkeypatch.setattr(experts_kernel, "packed_swiglu", lambda *a, **k: calls.append(1) or real(*a, **k))
+    out = {}
+    for kernels in ("all", "attention"):
+        torch.manual_seed(3)
+        out[kernels] = sample(model, ids, mask, _spec(tok, 24, engine="decoder", plan=(1, 1), kernels=kernels))
+    assert len(calls) >= 24 * 8  # every layer of every step took the kernel under 'all', none under 'attention'
+    assert torch.equal(out["all"][0], out["attention"][0])
+    cm = completion_masks(out["all"][0], tok.eos_token_id)[0].bool()
+    assert (out["all"][1] - out["attention"][1])[cm].abs().max() <= 1e-5
+
+
+def test_bf16_experts_held_in_float32_round_as_the_bf16_kernel():
+    """`decoder._gmm` with float32-held bf16 weights (`weights.widen_experts`) against torch's bf16 grouped matmul:
+    the same bf16 operands, products exact in float32, one rounding to bf16; only the order of the sums differs, so
+    at most one bf16 step apart (relative 2^-7; beside float32 summation error where terms cancel) and almost every
+    element bit-equal."""
     from gpolib.engine import decoder
     from gpolib.engine.weights import widen_experts
 

@@ -13,6 +13,8 @@ whole, by name, to the bottom of the engine. Where the work happens:
   attention_kernel.py  a decode step's attention in one C++ call per layer
   native.py            builds and loads kernels/*.cpp; the kernel setting (`KERNELS`, `kernels_setting`)
   kernel_choice.py     the default kernels: whichever ran fastest on this CPU, timed once per machine
+  experts_kernel.py    an MoE layer's routed experts in one C++ call (forward only: the decoder, the trainer's
+                       no-grad passes through `grouped_swiglu`)
   vllm_backend.py      vLLM's `LLM.generate` with the policy as a LoRA adapter (`PolicyEngine`, `vllm_sample`)
 The loop (`gpolib.rollout`, `gpolib.train`) imports this package only, never its modules.
 """
@@ -21,7 +23,8 @@ from __future__ import annotations
 import torch
 
 from ..lora import merged_lora
-from . import attention_kernel
+from . import attention_kernel, experts_kernel, kernel_choice
+from .experts_kernel import grouped_swiglu
 from .loop import HFNet, after_eos_padded, decode_loop
 from .native import KERNELS
 from .plan import Planner, run
@@ -30,8 +33,8 @@ from .vllm_backend import INSTALL_HINT, PolicyEngine, vllm_sample
 from .vllm_backend import make_engine as make_vllm_engine
 from .weights import for_engine
 
-__all__ = ["ENGINES", "INSTALL_HINT", "KERNELS", "PLANNER", "Planner", "PolicyEngine", "SampleSpec", "kernels_built",
-           "make_vllm_engine", "sample", "vllm_sample"]
+__all__ = ["ENGINES", "INSTALL_HINT", "KERNELS", "PLANNER", "Planner", "PolicyEngine", "SampleSpec", "grouped_swiglu",
+           "kernels_built", "no_grad_experts", "make_vllm_engine", "sample", "vllm_sample"]
 
 PLANNER = Planner()
 """the plans of this process's decoder batches, used by `sample` unless a call passes its own planner"""
@@ -63,3 +66,10 @@ def sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, spec: Sam
 def kernels_built() -> bool:
     """gpolib's C++ kernels are built for this machine (else every decoder step is torch, whatever `spec.kernels`)."""
     return attention_kernel.available()
+
+
+def no_grad_experts():
+    """The MoE experts function for the trainer's no-grad passes (`qwen_ops.fused(experts=...)`): the C++ kernel's
+    `grouped_swiglu` where it is built and this machine's kernel choice is not 'none' (`kernel_choice.default`),
+    else None (torch's grouped path)."""
+    return grouped_swiglu if experts_kernel.available() and kernel_choice.default() != "none" else None

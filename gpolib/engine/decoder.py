@@ -12,7 +12,8 @@ position tensors rebuilt every step. `Decoder` computes with the weights of `wei
   - finished rows leave the batch through `keep` (one copy of the used columns).
 A float32 decode step on the CPU of a dense model is one call of the C++ kernel of `step_kernel` (every layer, all
 rows); of a MoE model (or with kernels='attention'), the attention is one call per layer of `attention_kernel`'s
-(scores, padding bias, softmax and values in one pass over the cache), the rest torch. Where the kernels are not
+(scores, padding bias, softmax and values in one pass over the cache), the rest torch but for an MoE layer's routed
+experts, one call of `experts_kernel`'s with kernels='all' (float32). Where the kernels are not
 built, with kernels='none', and in other dtypes or on other devices, the step is torch throughout (attention as
 bmm, softmax, bmm).
 Every equation is the model's own: RMSNorm x / sqrt(mean(x^2) + eps) in fp32 (weight in the next
@@ -39,7 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from ..qwen_ops import grouped_mm_fits
-from . import attention_kernel, native, step_kernel
+from . import attention_kernel, experts_kernel, native, step_kernel
 from .weights import read
 
 MOE_DENSE_BELOW = 32
@@ -99,6 +100,8 @@ def _moe(x: torch.Tensor, lw: dict, out: torch.Tensor) -> torch.Tensor:
     if lw["norm_topk"]:
         w = w / w.sum(dim=-1, keepdim=True)
     w = w.to(x.dtype)
+    if "experts_packed" in lw:  # float32 experts on the CPU, the kernel in use: one call (`experts_kernel`)
+        return experts_kernel.packed_swiglu(x, experts, w, lw["experts_packed"], out=out)
     m, (E, I) = x.shape[0], lw["e_down"].shape[:2]
     if m < MOE_DENSE_BELOW:  # all experts, weight 0 off the top-k: two matmuls
         x = _qin(x, lw)  # the experts' input (the router read it unquantized)
@@ -153,6 +156,15 @@ def _gmm(a: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, wide: torch.Tenso
     return F.grouped_mm(a.to(w.dtype).to(wide.dtype), wide, offs=offs).to(w.dtype).to(a.dtype)
 
 
+def _pack_experts(w: dict) -> None:
+    """Each MoE layer's float32 experts (no quantized activations) packed for `experts_kernel` into its weights, once
+    per read (row shards share the dict); other layers are left alone."""
+    for lw in w["layers"]:
+        if ("e_gu" in lw and "experts_packed" not in lw and lw.get("act_q") is None
+                and lw["e_gu"].dtype == lw["e_down"].dtype == torch.float32 and lw["e_gu"].device.type == "cpu"):
+            lw["experts_packed"] = experts_kernel.pack_right(lw["e_gu"], lw["e_down"])
+
+
 def _mlp(h: torch.Tensor, x: torch.Tensor, lw: dict) -> torch.Tensor:
     return _swiglu(h, lw["w_gu"], lw["w_down"], out=x, lw=lw) if "w_gu" in lw else _moe(h, lw, x)
 
@@ -186,6 +198,8 @@ class Decoder:
         self.fused = kernels != "none" and attention_kernel.usable(self.k)  # a step's attention in one call per layer
         whole = self.fused and kernels == "all" and step_kernel.supports(w)  # or all of it
         self.fused_step = step_kernel.for_weights(w) if whole else None
+        if self.fused and kernels == "all":  # an MoE's float32 experts: one C++ call per layer
+            _pack_experts(w)
         self.threads = threads
 
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
