@@ -5,7 +5,7 @@ sideways at 1280 px. Without a browser: the README's screenshot shows the commit
 holds the scoreboard's hash, gpolib/workbook/screenshot.py), and a stale one is caught.
 
 Where no Chromium is found and `make test` cannot install one (no apt-get, or apt-get only with a password), the
-tests that need it are reported as not run, with how to get it (the one skip of the suite, README "Tests"); where
+tests that need it are reported as not run, with how to get it (the one skip of the suite, docs/development.md); where
 apt-get works (CI), a missing Chromium fails them."""
 import hashlib
 import json

@@ -28,7 +28,11 @@ class Phenomenon:
     """One of the four phenomena: the claim that judges it, its name in the paper's terms, how to read our number."""
 
     claim: str
-    """claim id of the scoreboard"""
+    """claim id of the scoreboard whose figure and verdict lead the card"""
+    claims: tuple
+    """every claim of the phenomenon, in the README's table (the lead claim first)"""
+    short: str
+    """the phenomenon in a few words (the README table's first column)"""
     title: str
     """the phenomenon in the paper's terms, the sentence's subject"""
     ours: Callable[[dict], Optional[str]]
@@ -101,10 +105,10 @@ def f1_ours(rec: dict) -> Optional[str]:
 
 
 PHENOMENA = (
-    Phenomenon("S1", "Token-ratio products compound along a response", s1_ours),
-    Phenomenon("D2", "All-correct groups grow as the policy improves, and their gradient vanishes", d2_ours),
-    Phenomenon("P3", "MoE routing is volatile: the experts a token activates change after each update", p3_ours),
-    Phenomenon("F1", "Filtering the group to its shortest answers cuts the length GRPO adds", f1_ours),
+    Phenomenon("S1", ("S1",), "token-ratio products (0.99^200)", "Token-ratio products compound along a response", s1_ours),
+    Phenomenon("D2", ("D2",), "zero-variance groups", "All-correct groups grow as the policy improves, and their gradient vanishes", d2_ours),
+    Phenomenon("P3", ("P3", "P4"), "MoE routing instability", "MoE routing is volatile: the experts a token activates change after each update", p3_ours),
+    Phenomenon("F1", ("F1", "F2"), "length reduction", "Filtering the group to its shortest answers cuts the length GRPO adds", f1_ours),
 )
 """the page's lead, in this order"""
 
