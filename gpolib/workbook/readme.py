@@ -127,7 +127,8 @@ def claim_rows(claims: list, anchors: dict, ids, up: str) -> list:
     return rows
 
 
-CLAIM_HEAD = ["| id | claim | paper's number | ours (95% interval) | verdict | computed in |", "|---|---|---|---|---|---|"]
+CLAIM_HEAD = ["| id | claim | paper's number | ours (95% interval) | verdict | computed in |",
+              "|---|---|---|---|---|---|"]
 
 
 def phenomena_block(root: Path) -> str:
@@ -140,8 +141,9 @@ def phenomena_block(root: Path) -> str:
         rows = claim_rows(claims, anchors, ph.claims, "")
         lines += [f"| {ph.short if i == 0 else ''} {row}" for i, row in enumerate(rows)]
     figs = [(ph.claim, phenomena.FIGURES[ph.claim]) for ph in phenomena.PHENOMENA]
+    drawn = [(cid, name) for cid, name in figs if (root / "reports" / "figures" / name).exists()]
     strip = " ".join(f'<a href="reports/figures/{name}"><img src="reports/figures/{name}" width="24%" '
-                     f'alt="{cid}: {name}"></a>' for cid, name in figs if (root / "reports" / "figures" / name).exists())
+                     f'alt="{cid}: {name}"></a>' for cid, name in drawn)
     return "\n".join(lines) + "\n\n<p>" + strip + "</p>"
 
 
@@ -157,7 +159,8 @@ def step_block(root: Path) -> str:
     env = res["environment"]
     lines = [f"Measured by `python -m gpolib bench` ({STEP_BENCH.as_posix()}) on a {env['cpu_count']}-core "
              f"{env['cpu_model']}, fp32 matmul peak {res['matmul_peak_gflops']:.0f} GFLOP/s, torch {env['torch']}, "
-             f"TRL {env['trl']}; the losses of both agree to {res['loss_check']['abs_diff']:.1e} on a shared batch.", "",
+             f"TRL {env['trl']}; the losses of both agree to {res['loss_check']['abs_diff']:.1e} on a shared "
+             "batch.", "",
              "| mu | gpolib s/step | TRL s/step | gpolib / TRL |", "|---|---|---|---|"]
     for run in res["runs"]:
         ours, theirs = run["gpolib"]["s_per_step_median"], run["trl"]["s_per_step_median"]
