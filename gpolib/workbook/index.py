@@ -52,7 +52,7 @@ h1 { margin-bottom: 0.2rem; } .meta { color: #666; margin-top: 0; } h2 { margin:
 .board .id::before { content: "\\25b8  "; color: #888; } .board details[open] .id::before { content: "\\25be  "; }
 .board .more { padding: 0.1rem 0.8rem 0.5rem 3.6rem; } .board .more p { margin: 0.3rem 0; overflow-wrap: anywhere; }
 .verdict { font-weight: 600; }
-ul.notebooks { columns: 2; } .figures { display: grid; grid-template-columns: repeat(3, minmax(0, 1fr)); gap: 1rem; }
+ul.notebooks { columns: 2; } .figures { display: grid; grid-template-columns: repeat(3, minmax(0, 1fr)); grid-auto-flow: row dense; gap: 1rem; }
 .figures figure { margin: 0; border: 1px solid #eee; padding: 0.5rem; }
 .figures figure.span2 { grid-column: span 2; } .figures figure.span3 { grid-column: 1 / -1; }
 .figures img { display: block; max-width: 100%; height: auto; margin: 0 auto; }
