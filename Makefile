@@ -38,7 +38,7 @@ browser:
 	elif command -v apt-get >/dev/null 2>&1 && { [ -z "$(SUDO)" ] || sudo -n true 2>/dev/null; }; then \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; \
 	else echo "browser: no Chromium found and none installable without a password (apt-get as root or passwordless sudo):" \
-	  "the browser test is not run; install Chromium or set GPOLIB_CHROMIUM to its executable (README, Development)"; fi
+	  "the browser test is not run; install Chromium or set GPOLIB_CHROMIUM to its executable (docs/development.md)"; fi
 
 # JupyterLab on the notebooks with the project's kernel (the venv's python3, registered by install).
 lab: $(STAMP)
@@ -63,7 +63,7 @@ bench: $(STAMP)
 	$(PY) -m pip install -q -e ".[bench]"
 	$(PY) -m gpolib bench
 
-# README's generated blocks (module layout, notebook times) rebuilt from the tree
+# the generated blocks of README.md and docs/ (phenomena, scoreboard, layout, times) rebuilt from the tree
 readme: $(STAMP)
 	$(PY) -m gpolib.workbook.readme --write
 

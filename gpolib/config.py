@@ -80,7 +80,7 @@ class TrainConfig:
     30-38% and 51-64% (benchmarks/train_pass.py times both)."""
     lr: float = 3e-4
     """AdamW learning rate (LoRA parameters); chosen for GRPO on data/tasks/val.jsonl by benchmarks/lr_sweep.py
-    (3e-4 vs 1e-3, README) and shared by every preset."""
+    (3e-4 vs 1e-3, docs/task-and-models.md) and shared by every preset."""
     warmup_steps: int = 5
     """linear learning-rate warm-up, in optimiser steps."""
     max_grad_norm: float = 1.0

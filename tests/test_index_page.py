@@ -1,11 +1,11 @@
 """reports/index.html in a real headless Chromium (gpolib/workbook/index.py, gpolib/workbook/browser.py): the page renders,
 every image loads, every link (and the notebook section it points to) resolves, a broken one is caught; the four
-phenomena sit above the scoreboard, every scoreboard line is one text line tall until opened, nothing scrolls
-sideways at 1280 px. Without a browser: the README's screenshot shows the committed scoreboard (its PNG text chunk
+phenomena sit above the scoreboard, no scoreboard cell is cut off, every figure is shown near its own size, nothing
+scrolls sideways at 1280 px. Without a browser: the README's screenshot shows the committed scoreboard (its PNG text chunk
 holds the scoreboard's hash, gpolib/workbook/screenshot.py), and a stale one is caught.
 
 Where no Chromium is found and `make test` cannot install one (no apt-get, or apt-get only with a password), the
-tests that need it are reported as not run, with how to get it (the one skip of the suite, README "Tests"); where
+tests that need it are reported as not run, with how to get it (the one skip of the suite, docs/development.md); where
 apt-get works (CI), a missing Chromium fails them."""
 import hashlib
 import json
@@ -75,11 +75,15 @@ def _board(page) -> list:
 
 
 def _assert_glanceable(lay: dict) -> None:
-    """The four phenomena above the scoreboard, every line one text line tall while closed, no horizontal scroll."""
+    """The four phenomena above the scoreboard; no scoreboard cell cut off (they wrap); every card's figure shown at
+    >= 70% of its own width and every gallery figure at >= 55% (multi-panel ones span the row); no horizontal
+    scroll."""
     assert [p["id"] for p in lay["phenomena"]] == [f"phenomenon-{ph.claim}" for ph in phenomena.PHENOMENA]
     assert max(p["bottom"] for p in lay["phenomena"]) < lay["board_top"]
     closed = [r for r in lay["rows"] if not r["open"]]
-    assert closed and all(r["height"] < 2 * lay["line"] for r in closed), (lay["line"], closed)
+    assert closed and all(r["clipped"] == 0 for r in closed), closed
+    small = [s for s in lay["scale"] if s["shown"] < (0.7 if s["where"] == "card" else 0.55)]
+    assert lay["scale"] and small == [], small
     assert lay["scroll_width"] <= lay["width"] <= 1280
 
 
@@ -100,7 +104,7 @@ def test_page_renders_with_every_image_and_link(site):
     assert board == [["claim-G1", "GRPO improves", "reproduced", "rgb(46, 125, 50)"],
                      ["claim-S1", "ratios decay <&>", "partly", "rgb(230, 81, 0)"],  # escaped in the HTML, shown as written
                      ["claim-D1", "Clip-Higher", "not yet run", "rgb(117, 117, 117)"]]  # VERDICT_COLOURS
-    assert captions[0].startswith("Token-ratio products compound along a response: V(120)/V(20) = 3.5")  # 7 / 2
+    assert captions[0].startswith("Token-ratio products compound along a response: ours: slope 7.98e-03; paper: 0.134")
     assert "paper: 0.134 — partly (S1)" in captions[0] and "our number is not in the scoreboard yet" in captions[1]
     targets = sorted({h[len("file://"):].replace(str(reports) + "/", "") for h in inv["links"]})
     assert [t for t in targets if "index.html" not in t] == [
@@ -152,6 +156,13 @@ def test_committed_report_page_is_whole_and_glanceable(tmp_path):
     assert inv["rows"] == len(claims) and len(inv["images"]) == len(figures) + len(drawn), stale
     assert [p["images"] for p in lay["phenomena"]] == [int(ph.claim in drawn) for ph in phenomena.PHENOMENA], stale
     _assert_glanceable(lay)
+
+
+def test_a_figure_spans_the_gallery_columns_that_keep_it_legible(tmp_path):
+    assert [index.span(w) for w in (300, 513, 514, 1000, 1026, 1027, 1990)] == [1, 1, 2, 2, 2, 3, 3]
+    _png(tmp_path / "w.png", 12.5)
+    assert index.png_width(tmp_path / "w.png") == 1250 and index.png_width(tmp_path / "missing.png") == 0
+    assert 'class="span3"' in index.figures_html(["w.png"], {"w.png": 1250})
 
 
 def test_readme_shows_a_screenshot_of_the_committed_scoreboard():

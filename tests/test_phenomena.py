@@ -4,7 +4,7 @@ records give every phenomenon a sentence (its number, or that it is missing)."""
 import json
 from pathlib import Path
 
-from gpolib.lab import dapo, gfpo, phenomena, report
+from gpolib.lab import phenomena, report
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,42 +30,43 @@ def test_headline_without_an_interval_puts_per_seed_numbers_first_else_ours():
     assert report.headline(no_interval) == "one seed"
 
 
-def test_s1_is_the_growth_of_v_along_the_response():
+def test_headline_keeps_the_unit_its_text_writes():
+    """ELR is written in percent by its rule: the headline says +99.6%, not +1.00 (one unit per measure)."""
+    elr = {"text": "ELR of Shortest 4/24: mean +99.6%, 95% CI [+92.2%, +106.9%] over n=3", "mean": 0.9957,
+           "interval": [0.92197, 1.06942], "n": 3}
+    assert report.headline({"ours": "x", "judgement": {"parts": [elr]}}) == "+99.6% [+92.2%, +106.9%] ELR of Shortest 4/24"
+
+
+def test_s1_is_the_share_of_products_outside_the_band_per_seed():
     within = {"0": {"L": [10, 20, 120], "V": [1.0, 2.0, 8.0], "leave": {"120": 0.02}},
               "1": {"L": [10, 20, 120], "V": [1.0, 4.0, 8.0], "leave": {"120": 0.04}}}
-    text = phenomena.s1_ours({"evidence": {"within": within}})
-    assert text.startswith("V(120)/V(20) = 3.0 (mean of 2 seeds); 3.0% of prefix products outside [0.5, 2] at L = 120")
+    assert phenomena.s1_ours({"evidence": {"within": within}}) == (
+        "prefix products outside [0.5, 2] at L = 120: 2.0%, 4.0% per seed (0.99^L leaves the band at L = 69)")
     assert phenomena.s1_ours({"evidence": {"bucket_len": [1]}}) is None  # a record of the earlier design
 
 
-def test_d2_is_the_panel_share_and_its_judged_rise():
+def test_d2_is_the_panel_share_as_a_share():
     e = {"panel_first": [0.05, 0.07], "panel_last": [0.08, 0.12], "panel_steps": [0, 50, 100]}
-    rise = {"text": f"{dapo.D2_RISE.what}: mean +0.040", "mean": 0.04, "interval": [-0.01, 0.09], "n": 2, "level": 0.95}
-    rec = {"evidence": e, "judgement": {"parts": [{"text": "other", "mean": 9.0, "interval": [8.0, 10.0]}, rise]}}
-    assert phenomena.d2_ours(rec) == ("all-correct share of a fixed panel 6.0% -> 10.0% from step 0 to 100, a rise of "
-                                      "+4.0 points (95% CI [-1.0, +9.0], n=2)")
-    assert phenomena.d2_ours({"evidence": e}) == "all-correct share of a fixed panel 6.0% -> 10.0% from step 0 to 100"
+    assert phenomena.d2_ours({"evidence": e}) == "all-correct share of the fixed panel 0.060 -> 0.100 from step 0 to 100"
+    assert phenomena.d2_ours({"evidence": {}}) is None
 
 
 def test_p3_and_f1_read_the_papers_measures_or_say_they_are_missing():
     p3 = {"evidence": {"expert_change_per_layer": [0.01, 0.02, 0.06]}}
     assert phenomena.p3_ours(p3) == ("3.00% of activated experts change per update (mean over 3 layers; deepest layer "
                                      "6.00%)")
-    f1 = {"evidence": {"elr": {gfpo.F1_ARM: [0.4, 0.6, 0.8]}}}
-    assert phenomena.f1_ours(f1) == "ELR of Shortest 4/24 = +60.0% (seed mean)"
-    judged = {"text": f"{gfpo.F1_ELR.what}: mean +0.600", "mean": 0.6, "interval": [0.1, 1.1], "n": 3, "level": 0.95}
-    assert phenomena.f1_ours({**f1, "judgement": {"parts": [judged]}}) == (
-        "ELR of Shortest 4/24 = +60.0% (95% CI [+10.0%, +110.0%], n=3)")
-    missing = {"evidence": {"elr": {"gfpo-k8-g16-short": [0.1, 0.2, 0.3]}}}
+    f1 = {"ours": "ELR ...; ELR per arm: shortest 4/8 +67.8%, token eff. 8/16 +12.0% (paper: 79.5%). Its criterion ..."}
+    assert phenomena.f1_ours(f1) == "ELR per arm: shortest 4/8 +67.8%, token eff. 8/16 +12.0% (paper: 79.5%)"
     ph = phenomena.PHENOMENA[3]
-    assert ph.claim == "F1" and phenomena.f1_ours(missing) is None
-    assert phenomena.sentence(ph, missing, "+12.5 [-2.8, +27.8] premise") == (
-        "our number is not in the scoreboard yet (judged so far: +12.5 [-2.8, +27.8] premise)")
+    assert ph.claim == "F1" and phenomena.f1_ours({"ours": "no arms"}) is None
+    assert phenomena.sentence(ph, {"ours": "no arms"}, "+12.5 [-2.8, +27.8] premise") == "ours: +12.5 [-2.8, +27.8] premise"
+    assert phenomena.sentence(ph, {}, "") == "our number is not in the scoreboard yet"
 
 
-def test_every_phenomenon_of_the_committed_scoreboard_has_a_sentence():
+def test_every_card_leads_with_the_scoreboards_headline():
     claims = {c["id"]: c for c in json.loads((ROOT / "reports" / "claims.json").read_text())}
     assert [ph.claim for ph in phenomena.PHENOMENA] == ["S1", "D2", "P3", "F1"] == list(phenomena.FIGURES)
+    assert [ph.claims for ph in phenomena.PHENOMENA] == [("S1",), ("D2",), ("P3", "P4"), ("F1", "F2")]
     for ph in phenomena.PHENOMENA:
-        text = phenomena.sentence(ph, claims[ph.claim], report.headline(claims[ph.claim]))
-        assert text and (ph.ours(claims[ph.claim]) == text or text.startswith("our number is not in the scoreboard"))
+        head = report.headline(claims[ph.claim])
+        assert head and phenomena.sentence(ph, claims[ph.claim], head).startswith(f"ours: {head}")

@@ -1,4 +1,5 @@
-"""README's generated blocks (gpolib/workbook/readme.py): the layout of every gpolib module and the notebook times."""
+"""The generated blocks of README.md and docs/ (gpolib/workbook/readme.py): the phenomena table and the scoreboard
+from claims.json, the layout of every gpolib module, the RL step and the notebook times."""
 import pytest
 
 from gpolib import paths
@@ -11,12 +12,25 @@ def block(text: str, name: str) -> str:
     return text.split(f"<!-- {name} -->\n", 1)[1].split(f"\n<!-- /{name} -->", 1)[0]
 
 
-def test_readme_blocks_are_the_generated_ones():
-    """Fails when a module is added, moved, removed or re-described without `python -m gpolib.workbook.readme --write`."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert block(text, "layout") == readme.layout_block(ROOT), "python -m gpolib.workbook.readme --write"
-    assert block(text, "notebook-times") == readme.times_block(readme.jsonio.read(ROOT / readme.TIMES))
+def test_generated_blocks_are_current():
+    """Fails when a module is added, moved, removed or re-described, a time is recorded or a verdict changes
+    without `python -m gpolib.workbook.readme --write`."""
+    for name, blocks in readme.BLOCKS.items():
+        text = (ROOT / name).read_text(encoding="utf-8")
+        for b, make in blocks.items():
+            assert block(text, b) == make(ROOT), f"{name}'s {b}: python -m gpolib.workbook.readme --write"
+    assert set(readme.BLOCKS) == {"README.md", "docs/claims.md", "docs/layout.md", "docs/performance.md"}
     assert readme.main([]) == 0
+
+
+def test_a_stale_block_is_named_and_rewritten(tmp_path, capsys):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "layout.md").write_text("# Layout\n<!-- layout -->\nold\n<!-- /layout -->\n")
+    (tmp_path / "gpolib").mkdir()
+    (tmp_path / "gpolib" / "a.py").write_text('"""A module."""\n')
+    assert list(readme.render(tmp_path)) == ["docs/layout.md"]  # files the tree does not hold are left out
+    assert readme.write(tmp_path) == ["docs/layout.md"] and readme.write(tmp_path) == []
+    assert "| `gpolib/a.py` | A module. |" in (tmp_path / "docs" / "layout.md").read_text()
 
 
 def test_layout_lists_every_module_once():

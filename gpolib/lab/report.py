@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -185,17 +186,26 @@ def _decimals(lo: float, hi: float) -> int:
     return max(1, 1 - math.floor(math.log10(hi - lo))) if hi > lo else 3
 
 
+_AS_WRITTEN = re.compile(r": mean (\S+), 95% CI \[(\S+), (\S+)\]")
+"""a judged part's mean and interval as its text writes them (in the measure's own unit: '+99.6%', '+0.107')"""
+
+
 def headline(rec: dict) -> str:
     """Our headline number, short: the first judged mean (or slope) with its interval, number first
-    ('+0.107 [+0.091, +0.123] held-out accuracy (T = 1), GRPO - base'); else the first part's text with its
-    per-seed numbers first; else the record's `ours` ('' for a claim not yet run)."""
+    ('+0.107 [+0.091, +0.123] held-out accuracy (T = 1), GRPO - base'), the numbers as the part's text writes
+    them (so in the measure's unit: ELR in percent) or, where the text does not, to two digits of the interval's
+    width; else the first part's text with its per-seed numbers first; else the record's `ours` ('' for a claim
+    not yet run)."""
     parts = judged_parts({**(rec.get("judgement") or {}), "text": str(rec.get("ours", ""))})
     for p in parts:
         centre = p.get("mean", p.get("slope"))
         if centre is not None and p.get("interval") and None not in p["interval"]:
+            what = p["text"].split(": mean ")[0].split(": ")[0]
+            written = _AS_WRITTEN.search(p["text"])
+            if written:
+                return f"{written[1]} [{written[2]}, {written[3]}] {what}".strip()
             lo, hi = p["interval"]
             d = _decimals(lo, hi)
-            what = p["text"].split(": mean ")[0].split(": ")[0]
             return f"{centre:+.{d}f} [{lo:+.{d}f}, {hi:+.{d}f}] {what}".strip()
     text = parts[1]["text"] if len(parts) > 1 else parts[0]["text"]
     what, sep, numbers = text.partition(" per seed: ")
@@ -207,7 +217,7 @@ def _cell(text: Any) -> str:
 
 
 def scoreboard_markdown(profile: str = "full", root: Path | str | None = None) -> str:
-    """The scoreboard as a markdown table (for claims.md and the README)."""
+    """The scoreboard as a markdown table, every field in full (reports/claims.md)."""
     head = "| id | paper | claim | paper's number | ours | criterion | verdict | notebook |"
     lines = [head, "|" + "---|" * 8]
     for r in collect(profile, root):
@@ -236,40 +246,3 @@ def build(profile: str = "full", root: Path | str | None = None) -> list:
     texts = {"claims.json": jsonio.dumps(rows, indent=2) + "\n",
              "claims.md": f"# Claims scoreboard ({profile} profile)\n{note}\n" + scoreboard_markdown(profile, root)}
     return [name for name, text in texts.items() if _write_if_changed(out / name, text)]
-
-
-README_MARKERS = ("<!-- scoreboard:start -->", "<!-- scoreboard:end -->")
-README_FIGURES = ("01_grpo_curves.png", "02_ratio_vs_length.png")
-
-
-def readme_section(profile: str = "full", root: Path | str | None = None) -> str:
-    """Short scoreboard for the README: claims that have run, a count of the rest, two figures."""
-    rows = collect(profile, root)
-    done = [r for r in rows if r["verdict"] != NOT_RUN]
-    lines = ["| id | claim | paper | ours | verdict |", "|---|---|---|---|---|"]
-    lines += ["| " + " | ".join(_cell(c) for c in (r["id"], r["claim"], r["paper"], r["ours"], f"**{r['verdict']}**"))
-              + " |" for r in done]
-    waiting = [r["id"] for r in rows if r["verdict"] == NOT_RUN]
-    text = "\n".join(lines) + "\n"
-    if waiting:
-        text += (f"\nNot yet run on the current task regime: {', '.join(waiting)} (the full-profile reruns come next). "
-                 "Full table: `reports/claims.md`.\n")
-    figs = paths.figures_dir(profile, root)
-    for name in README_FIGURES:
-        if (figs / name).exists():
-            text += f"\n![{name}]({(figs / name).relative_to(paths.repo_root() if root is None else Path(root))})\n"
-    return text
-
-
-def update_readme(profile: str = "full", root: Path | str | None = None) -> bool:
-    """Replace the README's scoreboard section (between the markers); True only if its content changed."""
-    readme = (paths.repo_root() if root is None else Path(root)) / "README.md"
-    if not readme.exists():
-        return False
-    text = readme.read_text()
-    start, end = README_MARKERS
-    if start not in text or end not in text:
-        return False
-    head, rest = text.split(start, 1)
-    _, tail = rest.split(end, 1)
-    return _write_if_changed(readme, f"{head}{start}\n{readme_section(profile, root)}{end}{tail}")

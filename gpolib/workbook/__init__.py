@@ -4,5 +4,6 @@
 then its HTML), `prefetch` (the notebooks' runs trained ahead of them in n one-thread processes), `progress`
 (a running notebook's live progress line and the verdicts that changed), `notebooks` (committed notebooks carry
 no results), `index` (reports/index.html), `browser` (headless Chromium check and screenshot of a page),
-`screenshot` (README's screenshot of the page, marked with the scoreboard it shows) and `readme` (README's generated blocks: the layout of `gpolib/` and the notebook times).
+`screenshot` (README's screenshot of the page, marked with the scoreboard it shows) and `readme`
+(the generated blocks of the README and docs/: the phenomena table, the scoreboard, the layout, the times).
 """

@@ -52,7 +52,12 @@ _LAYOUT = """JSON.stringify({
   board_bottom: (document.querySelector('.board') || document.body).getBoundingClientRect().bottom + scrollY,
   line: parseFloat(getComputedStyle(document.querySelector('.board summary span') || document.body).lineHeight),
   rows: Array.from(document.querySelectorAll('.board details.claim')).map(d => ({id: d.id, open: d.open,
-    height: d.getBoundingClientRect().height}))})"""
+    height: d.getBoundingClientRect().height,
+    clipped: Array.from(d.querySelectorAll('summary > span')).filter(s => s.scrollWidth > s.clientWidth + 1 ||
+      s.scrollHeight > s.clientHeight + 1).length})),
+  scale: Array.from(document.querySelectorAll('.phenomenon img, .figures img')).map(i => ({
+    where: i.closest('.phenomenon') ? 'card' : 'gallery', name: i.alt,
+    shown: i.naturalWidth ? i.getBoundingClientRect().width / i.naturalWidth : 0}))})"""
 
 
 _MATHS = """(window.MathJax && MathJax.startup ? MathJax.startup.promise : Promise.resolve()).then(() =>
@@ -180,7 +185,8 @@ def inventory(page: Page) -> dict:
 
 def layout(page: Page) -> dict:
     """Where things sit on the loaded page (CSS pixels): viewport and scroll width, each phenomenon's bottom and
-    image count, the scoreboard's top and bottom, its line height, and each scoreboard line's height and state."""
+    image count, the scoreboard's top and bottom, its line height, each scoreboard line's height, state and count
+    of cells whose text is cut off (`clipped`), and each figure's shown width over its natural width (`scale`)."""
     return json.loads(page.evaluate(_LAYOUT))
 
 

@@ -33,10 +33,11 @@ _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1.5rem auto; max-width: 1200px;
        color: #222; padding: 0 1rem; line-height: 1.35; }
 h1 { margin-bottom: 0.2rem; } .meta { color: #666; margin-top: 0; } h2 { margin: 1.4rem 0 0.6rem; }
-.phenomena { display: grid; grid-template-columns: repeat(2, minmax(0, 1fr)); gap: 0.8rem; }
+.phenomena { display: grid; grid-template-columns: minmax(0, 1fr); gap: 0.8rem; }
 .phenomenon { margin: 0; border: 1px solid #e3e3e3; border-radius: 6px; padding: 0.5rem 0.7rem; }
-.phenomenon img, .phenomenon .nofigure { display: block; width: 100%; height: 230px; object-fit: contain; }
-.phenomenon .nofigure { display: flex; align-items: center; justify-content: center; background: #f7f7f7; color: #777; }
+.phenomenon img { display: block; max-width: 100%; height: auto; margin: 0 auto; }
+.phenomenon .nofigure { display: flex; align-items: center; justify-content: center; height: 6rem; background: #f7f7f7;
+  color: #777; }
 .phenomenon figcaption { font-size: 0.9rem; margin-top: 0.4rem; overflow-wrap: anywhere; }
 .board { font-size: 0.86rem; border-top: 1px solid #ddd; }
 .board .head, .board summary { display: grid; gap: 0.6rem; padding: 0.28rem 0.5rem;
@@ -47,12 +48,14 @@ h1 { margin-bottom: 0.2rem; } .meta { color: #666; margin-top: 0; } h2 { margin:
 .board .history ul { margin: 0.1rem 0; padding-left: 1.1rem; }
 .board details { border-bottom: 1px solid #eee; } .board details[open] { background: #fcfcfc; }
 .board summary { cursor: pointer; list-style: none; } .board summary::-webkit-details-marker { display: none; }
-.board summary > span { white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
+.board summary > span { overflow-wrap: anywhere; }
 .board .id::before { content: "\\25b8  "; color: #888; } .board details[open] .id::before { content: "\\25be  "; }
 .board .more { padding: 0.1rem 0.8rem 0.5rem 3.6rem; } .board .more p { margin: 0.3rem 0; overflow-wrap: anywhere; }
 .verdict { font-weight: 600; }
-ul.notebooks { columns: 2; } .figures { display: grid; grid-template-columns: repeat(auto-fill, minmax(360px, 1fr)); gap: 1rem; }
-.figures figure { margin: 0; border: 1px solid #eee; padding: 0.5rem; } .figures img { width: 100%; height: auto; }
+ul.notebooks { columns: 2; } .figures { display: grid; grid-template-columns: repeat(3, minmax(0, 1fr)); grid-auto-flow: row dense; gap: 1rem; }
+.figures figure { margin: 0; border: 1px solid #eee; padding: 0.5rem; }
+.figures figure.span2 { grid-column: span 2; } .figures figure.span3 { grid-column: 1 / -1; }
+.figures img { display: block; max-width: 100%; height: auto; margin: 0 auto; }
 .figures figcaption { font-size: 0.85rem; color: #444; text-align: center; }
 """
 
@@ -132,16 +135,17 @@ def history_html(entries: list) -> str:
 
 
 def phenomena_html(claims: list, images: dict) -> str:
-    """The lead: per phenomenon its figure (images: claim id -> data URI, or None: not drawn) and one sentence,
-    ours beside the paper's number, the verdict word, a link to its scoreboard line."""
+    """The lead: per phenomenon a card as wide as the page, its figure at up to its own size (a link opens it alone;
+    images: claim id -> data URI, or None: not drawn) and one sentence, the scoreboard's headline first, then the
+    paper's number, the verdict word, a link to its scoreboard line."""
     from ..lab import phenomena
     from ..lab.report import headline
 
     by_id, cards = {c.get("id"): c for c in claims}, []
     for ph in phenomena.PHENOMENA:
         rec, fig = by_id.get(ph.claim, {}), phenomena.FIGURES[ph.claim]
-        img = (f'<img src="{images[ph.claim]}" alt="{escape(fig)}">' if images.get(ph.claim)
-               else f'<div class="nofigure">figure {escape(fig)} not drawn yet</div>')
+        img = (f'<a href="figures/{escape(fig)}"><img src="{images[ph.claim]}" alt="{escape(fig)}"></a>'
+               if images.get(ph.claim) else f'<div class="nofigure">figure {escape(fig)} not drawn yet</div>')
         text = (f"<b>{escape(ph.title)}</b>: {escape(phenomena.sentence(ph, rec, headline(rec) if rec else ''))}; "
                 f"paper: {escape(str(rec.get('paper', '')))} — {verdict_word(rec.get('verdict', 'not yet run'))} "
                 + (f'(<a href="#claim-{ph.claim}">{ph.claim}</a>)' if rec else f"({ph.claim}: not in the scoreboard)"))
@@ -149,10 +153,29 @@ def phenomena_html(claims: list, images: dict) -> str:
     return f'<div class="phenomena">{"".join(cards)}</div>'
 
 
-def figures_html(figures: list) -> str:
-    """One captioned image per figure, relative to the reports folder."""
-    items = [f'<figure><a href="figures/{escape(f)}"><img src="figures/{escape(f)}" alt="{escape(f)}"></a>'
-             f"<figcaption>{escape(f)}</figcaption></figure>" for f in figures]
+GALLERY_COLUMN = 380
+"""a gallery column's width in CSS pixels (a third of the page): a figure spans as many columns as keep it at
+>= ~75% of its own width, so that a multi-panel figure reads without opening it"""
+
+
+def png_width(path: Path) -> int:
+    """A PNG's width in pixels, from its header (0 for a file that is not a PNG)."""
+    head = path.read_bytes()[:24] if path.is_file() else b""
+    return int.from_bytes(head[16:20], "big") if head[:8] == b"\x89PNG\r\n\x1a\n" else 0
+
+
+def span(width: int) -> int:
+    """Gallery columns (1-3) for a figure `width` pixels wide."""
+    return 1 if width <= 1.35 * GALLERY_COLUMN else 2 if width <= 2.7 * GALLERY_COLUMN else 3
+
+
+def figures_html(figures: list, widths: dict | None = None) -> str:
+    """One captioned image per figure, relative to the reports folder; widths: name -> pixels (`png_width`), from
+    which each figure spans one, two or three columns."""
+    widths = widths or {}
+    items = [f'<figure class="span{span(widths.get(f, 0))}"><a href="figures/{escape(f)}">'
+             f'<img src="figures/{escape(f)}" alt="{escape(f)}"></a><figcaption>{escape(f)}</figcaption></figure>'
+             for f in figures]
     return f'<div class="figures">{"".join(items)}</div>'
 
 
@@ -160,10 +183,11 @@ def _notebook_link(stem: str) -> str:
     return f'<a href="html/{escape(stem)}.html">{escape(stem)}</a>'
 
 
-def page(claims: list, figures: list, notebooks: list, profile: str, files=(), images=None, anchors=None) -> str:
+def page(claims: list, figures: list, notebooks: list, profile: str, files=(), images=None, anchors=None,
+         widths=None) -> str:
     """The whole page as a string. figures: names under figures/; notebooks: stems of html/<stem>.html; files:
     other files of the reports folder to link at the top; images: claim id -> data URI of its phenomenon's figure;
-    anchors: claim id -> (href, title) of the notebook section that computes it."""
+    anchors: claim id -> (href, title) of the notebook section that computes it; widths: figure name -> pixels."""
     links = "".join(f"<li>{_notebook_link(n)}</li>" for n in notebooks)
     top = "".join(f' · <a href="{escape(f)}">{escape(f)}</a>' for f in files)
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>gpolib workbook · {profile}</title>'
@@ -172,7 +196,7 @@ def page(claims: list, figures: list, notebooks: list, profile: str, files=(), i
             f"<h2>Four phenomena</h2>\n{phenomena_html(claims, images or {})}\n"
             f"<h2>Claims scoreboard</h2>\n{board_html(claims, anchors or {})}\n"
             f'<h2>Executed notebooks</h2>\n<ul class="notebooks">{links}</ul>\n'
-            f"<h2>Figures</h2>\n{figures_html(figures)}\n</body></html>\n")
+            f"<h2>Figures</h2>\n{figures_html(figures, widths)}\n</body></html>\n")
 
 
 def _images(figures_dir: Path) -> dict:
@@ -208,7 +232,9 @@ def build(profile: str = "full", root: Path | str | None = None) -> Path:
     notebooks = sorted(p.stem for p in paths.html_dir(profile, root).glob("*.html"))
     files = [f for f in ("claims.md", "claims.json") if (reports / f).exists()]
     claims = _claims(reports)
-    text = page(claims, figs, notebooks, profile, files, _images(figs_dir), _anchors(claims, paths.html_dir(profile, root)))
+    anchors = _anchors(claims, paths.html_dir(profile, root))
+    text = page(claims, figs, notebooks, profile, files, _images(figs_dir), anchors,
+                {f: png_width(figs_dir / f) for f in figs})
     out = reports / "index.html"
     out.parent.mkdir(parents=True, exist_ok=True)
     if not (out.exists() and out.read_text(encoding="utf-8") == text):

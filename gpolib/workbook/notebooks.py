@@ -1,6 +1,6 @@
 """What a committed notebook under `notebooks/` may hold: sources, and the outputs of checked cells only.
 
-The choice (README, "Notebooks and results"): committed notebooks carry no results. A result is
+The choice (docs/notebooks.md, "How a verdict is reached"): committed notebooks carry no results. A result is
 whatever depends on the profile — training curves, tables of runs, verdicts — and the smoke values
 in a notebook's `parameters` cell are not evidence, so their outputs are never committed. Results
 live in the executed copies of the full profile, `reports/executed/*.ipynb` and `reports/html/`.

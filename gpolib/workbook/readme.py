@@ -1,12 +1,17 @@
-"""README's generated blocks: the layout of `gpolib/` and the notebook times, each a pure function of the tree.
+"""The generated blocks of README.md and docs/*.md, each a pure function of the tree.
 
-    python -m gpolib.workbook.readme --write    # rewrite both blocks in README.md
-    python -m gpolib.workbook.readme            # exit 1 (naming the block) if README.md differs
+    python -m gpolib.workbook.readme --write    # rewrite every generated block
+    python -m gpolib.workbook.readme            # exit 1 (naming the file and block) if one differs
 
-A block sits between `<!-- NAME -->` and `<!-- /NAME -->`. `layout`: every module of `gpolib/`, subpackages
-included, with the first sentence of its docstring (`summary`; read with `ast`, nothing imported). `notebook-times`: the
-table of `benchmarks/notebook_times.json` (per notebook: minutes recomputed from nothing, jobs, the fp32 matmul
-peak recorded with it, its source; `benchmarks/notebook_time.py` records there).
+A block sits between `<!-- NAME -->` and `<!-- /NAME -->`; `BLOCKS` says which file holds which. `phenomena`
+(README): the four phenomena's claims, one row each, from `reports/claims.json` (claim, the paper's number, our
+headline with its interval, `report.headline`, the verdict, a link to the notebook section that computes it), and
+a strip of their figures. `scoreboard` (docs/claims.md): every claim the same way. `layout` (docs/layout.md): every
+module of `gpolib/`, subpackages included, with the first sentence of its docstring (`summary`; read with `ast`,
+nothing imported). `notebook-times` (docs/performance.md): the table of `benchmarks/notebook_times.json` (per
+notebook: minutes recomputed from nothing, jobs, the fp32 matmul peak recorded with it, its source;
+`benchmarks/notebook_time.py` records there). `rl-step` (docs/performance.md): the RL step against TRL from the
+latest `python -m gpolib bench` result, `STEP_BENCH`.
 """
 from __future__ import annotations
 
@@ -20,6 +25,10 @@ from ..folders import write_text
 
 TIMES = Path("benchmarks") / "notebook_times.json"
 """the measured notebook times, relative to the repository root"""
+STEP_BENCH = Path("benchmarks") / "results_cpu_6ops_justified.json"
+"""the latest `python -m gpolib bench --steps 5 --mu 1 4` on the default regime (docs/performance.md's numbers)"""
+CLAIMS = Path("reports") / "claims.json"
+"""the full profile's scoreboard, relative to the repository root"""
 
 
 def summary(doc: str) -> str:
@@ -78,7 +87,7 @@ def replace_block(text: str, name: str, body: str) -> str:
     """`text` with what lies between `<!-- name -->` and `<!-- /name -->` replaced by `body`."""
     start, end = f"<!-- {name} -->", f"<!-- /{name} -->"
     if text.count(start) != 1 or text.count(end) != 1 or text.index(start) > text.index(end):
-        raise ValueError(f"README block {name!r} is invalid; expected one {start} ... {end} pair")
+        raise ValueError(f"generated block {name!r} is invalid; expected one {start} ... {end} pair")
     head, rest = text.split(start)
     return f"{head}{start}\n{body}\n{end}{rest.split(end, 1)[1]}"
 
@@ -91,28 +100,120 @@ def record_time(root: Path, notebook: str, *, minutes: float, peak_gflops: float
     return jsonio.write(path, dict(sorted(times.items())))
 
 
-def render(text: str, root: Path) -> str:
-    """README text `text` with both generated blocks rebuilt from the tree at `root`."""
-    times = jsonio.read(root / TIMES)
-    text = replace_block(text, "layout", layout_block(root))
-    return replace_block(text, "notebook-times", times_block(times))
+def _verdict_links(root: Path) -> tuple:
+    """(claims.json's records, claim id -> (href relative to reports/, title) of the notebook section computing it)."""
+    from .index import _anchors  # the page's own links, so that README, docs and page point at one section
+
+    claims = jsonio.read(root / CLAIMS)
+    return claims, _anchors(claims, root / "reports" / "html")
+
+
+def _cell(text) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def claim_rows(claims: list, anchors: dict, ids, up: str) -> list:
+    """Markdown rows `| id | claim | paper's number | ours (95% interval) | verdict | computed in |` for the claims
+    `ids`, in that order; `up`: the path from the file to the repository root ('' or '../')."""
+    from ..lab.report import headline
+
+    by_id, rows = {c["id"]: c for c in claims}, []
+    for cid in ids:
+        c = by_id[cid]
+        href, title = anchors.get(cid, (None, c.get("notebook", "")))
+        where = f"[{title.split(' · ')[0]}]({up}reports/{href})" if href else _cell(title)
+        rows.append("| " + " | ".join([cid, _cell(c.get("claim", "")), _cell(c.get("paper", "")),
+                                       _cell(headline(c) or "—"), f"**{c['verdict']}**", where]) + " |")
+    return rows
+
+
+CLAIM_HEAD = ["| id | claim | paper's number | ours (95% interval) | verdict | computed in |",
+              "|---|---|---|---|---|---|"]
+
+
+def phenomena_block(root: Path) -> str:
+    """The four phenomena (`gpolib.lab.phenomena.PHENOMENA`) as one table of their claims, then their figures."""
+    from ..lab import phenomena
+
+    claims, anchors = _verdict_links(root)
+    lines = ["| phenomenon | " + CLAIM_HEAD[0][2:], "|---" + CLAIM_HEAD[1]]
+    for ph in phenomena.PHENOMENA:
+        rows = claim_rows(claims, anchors, ph.claims, "")
+        lines += [f"| {ph.short if i == 0 else ''} {row}" for i, row in enumerate(rows)]
+    figs = [(ph.claim, phenomena.FIGURES[ph.claim]) for ph in phenomena.PHENOMENA]
+    drawn = [(cid, name) for cid, name in figs if (root / "reports" / "figures" / name).exists()]
+    strip = " ".join(f'<a href="reports/figures/{name}"><img src="reports/figures/{name}" width="24%" '
+                     f'alt="{cid}: {name}"></a>' for cid, name in drawn)
+    return "\n".join(lines) + "\n\n<p>" + strip + "</p>"
+
+
+def scoreboard_block(root: Path) -> str:
+    """Every claim of `reports/claims.json`, one row each (for docs/claims.md)."""
+    claims, anchors = _verdict_links(root)
+    return "\n".join(CLAIM_HEAD + claim_rows(claims, anchors, [c["id"] for c in claims], "../"))
+
+
+def step_block(root: Path) -> str:
+    """The RL step, gpolib against TRL, from `STEP_BENCH`: per mu the median seconds per step and their ratio."""
+    res = jsonio.read(root / STEP_BENCH)
+    env = res["environment"]
+    lines = [f"Measured by `python -m gpolib bench` ({STEP_BENCH.as_posix()}) on a {env['cpu_count']}-core "
+             f"{env['cpu_model']}, fp32 matmul peak {res['matmul_peak_gflops']:.0f} GFLOP/s, torch {env['torch']}, "
+             f"TRL {env['trl']}; the losses of both agree to {res['loss_check']['abs_diff']:.1e} on a shared "
+             "batch.", "",
+             "| mu | gpolib s/step | TRL s/step | gpolib / TRL |", "|---|---|---|---|"]
+    for run in res["runs"]:
+        ours, theirs = run["gpolib"]["s_per_step_median"], run["trl"]["s_per_step_median"]
+        lines.append(f"| {run['mu']} | {ours:.2f} | {theirs:.2f} | **{ours / theirs:.3f}** |")
+    return "\n".join(lines)
+
+
+BLOCKS = {"README.md": {"phenomena": phenomena_block},
+          "docs/claims.md": {"scoreboard": scoreboard_block},
+          "docs/layout.md": {"layout": layout_block},
+          "docs/performance.md": {"rl-step": step_block,
+                                  "notebook-times": lambda root: times_block(jsonio.read(root / TIMES))}}
+"""file (relative to the repository root) -> block name -> the function of the tree that writes it"""
+
+
+def render(root: Path) -> dict:
+    """file -> (its text now, its text with every generated block rebuilt from the tree at `root`); a file that
+    `root` does not hold (a test's scratch tree) is left out."""
+    out = {}
+    for name, blocks in BLOCKS.items():
+        if not (root / name).is_file():
+            continue
+        text = new = (root / name).read_text(encoding="utf-8")
+        for block, make in blocks.items():
+            new = replace_block(new, block, make(root))
+        out[name] = (text, new)
+    return out
+
+
+def write(root: Path) -> list:
+    """Rewrite the generated blocks that changed; returns the files written."""
+    written = []
+    for name, (text, new) in render(root).items():
+        if new != text:
+            write_text(root / name, new)
+            written.append(name)
+    return written
 
 
 def main(argv: list | None = None) -> int:
     """`python -m gpolib.workbook.readme [--write]`; returns the exit code."""
     ap = argparse.ArgumentParser(prog="python -m gpolib.workbook.readme", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--write", action="store_true", help="rewrite README.md's generated blocks")
+    ap.add_argument("--write", action="store_true", help="rewrite the generated blocks of README.md and docs/")
     args = ap.parse_args(argv)
     root = paths.repo_root()
-    readme = root / "README.md"
-    text = readme.read_text(encoding="utf-8")
-    new = render(text, root)
     if args.write:
-        write_text(readme, new)
-        print(f"README.md: generated blocks {'rewritten' if new != text else 'unchanged'}")
+        written = write(root)
+        print(f"generated blocks rewritten in {', '.join(written)}" if written else "generated blocks unchanged")
         return 0
-    if new != text:
-        print("README.md's generated blocks are stale: python -m gpolib.workbook.readme --write", file=sys.stderr)
+    stale = [name for name, (text, new) in render(root).items() if new != text]
+    if stale:
+        print(f"generated blocks are stale in {', '.join(stale)}: python -m gpolib.workbook.readme --write",
+              file=sys.stderr)
         return 1
     return 0
 

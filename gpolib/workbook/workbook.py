@@ -230,16 +230,18 @@ def _run_one(job: Job, tag: str, profile: str, root: Path) -> dict:
 
 
 def _report(profile: str, root: Path, before: dict) -> None:
-    """Rebuild the scoreboard (and the README's, full profile), the report page (index.html) and, full profile,
-    its screenshot; say whether any verdict changed."""
+    """Rebuild the scoreboard, the report page (index.html) and, full profile, the generated blocks of the README
+    and docs/ and the page's screenshot; say whether any verdict changed."""
     from ..lab import report  # the claims' verdicts import the lab modules: only when a report is built
-    from . import index, screenshot
+    from . import index, readme, screenshot
     from .progress import verdict_changes
 
     changed_files = report.build(profile, root=root)
     print(f"scoreboard: {'updated ' + ', '.join(changed_files) if changed_files else 'unchanged'}", flush=True)
-    if profile == "full" and report.update_readme(profile, root=root):
-        print("README scoreboard updated", flush=True)
+    if profile == "full":  # the README's and docs/'s tables read the full profile's claims.json
+        written = readme.write(paths.repo_root() if root is None else Path(root))
+        print(f"generated blocks updated in {', '.join(written)}" if written else "generated blocks unchanged",
+              flush=True)
     print(f"report page: {paths.relative(index.build(profile, root=root))}", flush=True)
     if profile == "full":  # README's screenshot shows the full profile's page
         print(screenshot.retake(profile, root), flush=True)
