@@ -86,16 +86,17 @@ def test_verdict_s1_words_from_within_evidence():
     old = {"bucket_len": [60, 80, 100, 120, 140, 160], "var_log_prod_rho": [6, 5, 4, 3, 2, 1]}
     assert ratio_decay.verdict_s1(old).word == stats.NOT_RUN  # the earlier design's record: not yet run
     good = {**old, "within": {str(s): _summary(1e-3, 5e-4, 2e-3) for s in range(3)}}
-    v = ratio_decay.verdict_s1(good)
-    assert v.word == stats.REPRODUCED and "0.99^L leaves it at L = 69" in v.text and "secondary" in v.text
-    spans = {**old, "within": {"0": _summary(1e-3, -1e-4, 2e-3), "1": _summary(1e-3, 5e-4, 2e-3),
-                               "2": _summary(1e-3, 5e-4, 2e-3)}}
-    v = ratio_decay.verdict_s1(spans)  # the geometric mean's part holds, the slope's spans 0 in one seed
-    assert v.word == stats.PARTLY and "(inconclusive)" in v.text and "seed index [0]" in v.text
-    grows = {**old, "within": {str(s): _summary(1e-3, 5e-4, 2e-3, drop=-1e-5) for s in range(3)}}
-    assert ratio_decay.verdict_s1(grows).word == stats.PARTLY  # V(L) grows, but so does the geometric mean's spread
-    neither = {**old, "within": {str(s): _summary(-1e-3, -2e-3, -5e-4, drop=-1e-5) for s in range(3)}}
-    assert ratio_decay.verdict_s1(neither).word == stats.NOT
+    v = ratio_decay.verdict_s1(good)  # DESIGN 2026-12-06: the grid's regime share is the part; V(L) only checks
+    assert v.word == stats.NOT_RUN and "the checks: slope of V(L)" in v.text and "0.99^L leaves it at L = 69" in v.text
+    v = ratio_decay.verdict_s1({**good, "regime_share": 0.15})
+    assert v.word == stats.REPRODUCED and "secondary" in v.text and "checks passed: slope of V(L)" in v.text
+    assert ratio_decay.verdict_s1({**good, "regime_share": 0.05}).word == stats.NOT  # no cell reaches 10%
+    spans = {**old, "regime_share": 0.15, "within": {"0": _summary(1e-3, -1e-4, 2e-3),
+                                                     "1": _summary(1e-3, 5e-4, 2e-3), "2": _summary(1e-3, 5e-4, 2e-3)}}
+    v = ratio_decay.verdict_s1(spans)  # a check that does not pass (the slope spans 0 in one seed): not reproduced
+    assert v.word == stats.NOT and "CHECK FAILED" in v.text and "seed index [0]" in v.text
+    grows = {**old, "regime_share": 0.15, "within": {str(s): _summary(1e-3, 5e-4, 2e-3, drop=-1e-5) for s in range(3)}}
+    assert ratio_decay.verdict_s1(grows).word == stats.NOT  # the geometric mean's spread grows: a check fails
 
 
 def test_band_length():
