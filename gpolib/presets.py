@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from .config import LossConfig, TrainConfig
-from .objectives import Cispo, Clip, Gmpo
+from .objectives import Cispo, Clip, Gmpo, Sapo
 from .validation import fail
 
 
@@ -127,6 +127,17 @@ def _gmpo(base: TrainConfig) -> TrainConfig:
     # the responses (sequence level: 'seq_mean_token_mean' of the broadcast term); group-std advantages as GRPO.
     return base.replace(name="gmpo", adv_scale="group",
                         loss=LossConfig(ratio_level="token", surrogate=Gmpo(log_clip_low=0.4, log_clip_high=0.4),
+                                        aggregation="seq_mean_token_mean"))
+
+
+@recipe("sapo")
+def _sapo(base: TrainConfig) -> TrainConfig:
+    # SAPO (Gao et al. 2025, arXiv 2511.20347) Sec. 3: the hard clip replaced by the soft gate
+    # (4 / tau) sigmoid(tau (r - 1)) A on the token ratio, tau_pos = 1.0 (A > 0), tau_neg = 1.05 (A < 0), the values
+    # TRL 1.16 (loss_type='sapo') and verl 0.9.1 (loss_mode 'sapo') default to; mean over responses, as both compute
+    # it; group-std advantages as GRPO.
+    return base.replace(name="sapo", adv_scale="group",
+                        loss=LossConfig(ratio_level="token", surrogate=Sapo(tau_pos=1.0, tau_neg=1.05),
                                         aggregation="seq_mean_token_mean"))
 
 

@@ -1,8 +1,8 @@
-"""TRL parity of the family since GSPO: CISPO, GMPO and the vLLM importance-sampling correction.
+"""TRL parity of the family since GSPO: CISPO, GMPO, SAPO and the vLLM importance-sampling correction.
 
 TRL 1.16.0's own code on a shared batch, trainers built from the exported configuration by scale/trl_grpo.py
 (only the model forward replaced by fixed log-probs, as in tests/test_export.py): `GRPOTrainer._compute_loss`
-with loss_type='cispo' where the cap binds, `trl.experimental.gmpo.GMPOTrainer._compute_loss` on both clip
+with loss_type='cispo' where the cap binds, 'sapo' at both ratio levels, `trl.experimental.gmpo.GMPOTrainer._compute_loss` on both clip
 sides with a KL term, and the correction's weights computed by TRL's `_generate_and_score_completions` (a
 `rollout_func` stands in for vLLM and returns the engine's log-probs) then applied by its `_compute_loss`.
 Value and d loss / d log pi_theta equal ours to 1e-6.
@@ -100,6 +100,20 @@ def test_gmpo_equals_trl_experimental_gmpo_on_both_clip_sides(script, tmp_path):
     log_r = (logps.detach() - old)[mask.bool()]
     assert bool((log_r > 0.4).any()) and bool((log_r < -0.4).any())
     ours, _ = policy_loss(logps, old, adv, mask, cfg.loss, ref)
+    assert_same(ours, trainer._compute_loss(trainer.model, loss_inputs(mask, adv, old, ref)), logps)
+
+
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_sapo_equals_trl_at_both_ratio_levels_with_a_kl_term(level, script, tmp_path):
+    """TRL's soft gate (4 / tau) sigmoid(tau (r - 1)) A, tau by the advantage's sign, at the token and the sequence
+    ratio: the gate's weight falls below 0.1 on some tokens, not on all, and no token loses its gradient."""
+    cfg = small("sapo", loss_beta=0.04, loss_ratio_level=level)
+    logps, old, adv, mask, ref = batch(spread=1.0 if level == "token" else 3.0)
+    trainer = trainer_for(script, cfg, tmp_path, logps)
+    assert trainer.loss_type == "sapo" and trainer.importance_sampling_level == level
+    assert (trainer.args.sapo_temperature_pos, trainer.args.sapo_temperature_neg) == (1.0, 1.05)
+    ours, info = policy_loss(logps, old, adv, mask, cfg.loss, ref)
+    assert 0 < info["gate/low_frac"].value < 1 and 0 < info["gate/mean"].value < 1
     assert_same(ours, trainer._compute_loss(trainer.model, loss_inputs(mask, adv, old, ref)), logps)
 
 

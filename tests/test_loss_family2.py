@@ -1,0 +1,58 @@
+"""The family since GSPO, second round (issue 53): SAPO, LUSPO, VESPO and the two selection steps, by hand.
+
+Each value here is worked from the paper's equation on a batch small enough to follow; the parity with TRL's and
+verl's own code is in tests/test_trl_family_parity.py and tests/test_verl_parity.py."""
+import math
+
+import pytest
+import torch
+
+from gpolib import LossConfig, presets
+from gpolib.objectives import Sapo, policy_loss
+
+
+def _grad(loss, x):
+    (g,) = torch.autograd.grad(loss, x)
+    return g
+
+
+def test_sapo_by_hand_the_gate_and_its_weight_no_token_zeroed():
+    """Two responses of two tokens, log r = (0, 3) and (0, -1), A = (+1, -1): f = (4 / tau) sigmoid(tau (r - 1)) A;
+    d f / d log r = 4 sigma (1 - sigma) r A: 1 * A at r = 1, small at r = e^3, never 0."""
+    old = torch.zeros(2, 2, dtype=torch.float64)
+    logps = torch.tensor([[0.0, 3.0], [0.0, -1.0]], dtype=torch.float64, requires_grad=True)
+    adv = torch.tensor([1.0, -1.0], dtype=torch.float64)
+    mask = torch.ones(2, 2, dtype=torch.float64)
+    loss, info = policy_loss(logps, old, adv, mask, LossConfig(surrogate=Sapo(tau_pos=1.0, tau_neg=1.05)))
+
+    def sig(x):
+        return 1 / (1 + math.exp(-x))
+
+    r = [[1.0, math.e ** 3], [1.0, math.e ** -1]]
+    tau = [1.0, 1.05]
+    f = [[4 / tau[i] * sig(tau[i] * (r[i][t] - 1)) * (1, -1)[i] for t in range(2)] for i in range(2)]
+    assert loss.item() == pytest.approx(-sum(sum(row) / 2 for row in f) / 2, abs=1e-12)
+    w = [[4 * sig(tau[i] * (r[i][t] - 1)) * (1 - sig(tau[i] * (r[i][t] - 1))) for t in range(2)] for i in range(2)]
+    expected = torch.tensor([[-w[i][t] * r[i][t] * (1, -1)[i] / 4 for t in range(2)] for i in range(2)],
+                            dtype=torch.float64)
+    g = _grad(loss, logps)
+    assert torch.allclose(g, expected, atol=1e-12) and bool((g != 0).all())
+    assert w[0][0] == 1.0 and w[0][1] < 0.1  # the weight: 1 on-policy, below 0.1 at r = e^3
+    assert info["gate/mean"].value == pytest.approx(sum(map(sum, w)) / 4, abs=1e-12)
+    assert info["gate/low_frac"].value == 0.25
+    # no token zeroed: the log-ratio range spans every token with A != 0, the one at r = e^3 included
+    assert info["ratio/log_range"].value == pytest.approx(4.0)
+    assert Sapo().diagnostics(torch.exp(logps.detach()), old, adv, mask)[1] is None
+
+
+@pytest.mark.parametrize("kw, match", [(dict(tau_pos=0.0), "tau_pos"), (dict(tau_neg=-1.0), "tau_neg"),
+                                       (dict(tau_pos=float("inf")), "tau_pos")])
+def test_sapo_checks_its_temperatures(kw, match):
+    with pytest.raises(ValueError, match=match):
+        Sapo(**kw)
+
+
+def test_sapo_preset_cites_and_sets_the_papers_temperatures():
+    cfg = presets.get("sapo")
+    assert cfg.loss.surrogate == Sapo(tau_pos=1.0, tau_neg=1.05) and cfg.loss.aggregation == "seq_mean_token_mean"
+    assert presets.get("sapo", loss_tau_neg=2.0).loss.surrogate.tau_neg == 2.0
