@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from .config import LossConfig, TrainConfig
-from .objectives import Cispo, Clip, Gmpo, Sapo
+from .objectives import Cispo, Clip, Gmpo, Luspo, Sapo
 from .validation import fail
 
 
@@ -138,6 +138,16 @@ def _sapo(base: TrainConfig) -> TrainConfig:
     # it; group-std advantages as GRPO.
     return base.replace(name="sapo", adv_scale="group",
                         loss=LossConfig(ratio_level="token", surrogate=Sapo(tau_pos=1.0, tau_neg=1.05),
+                                        aggregation="seq_mean_token_mean"))
+
+
+@recipe("luspo")
+def _luspo(base: TrainConfig) -> TrainConfig:
+    # LUSPO (arXiv 2602.05261): GSPO's clipped sequence term scaled by the response length |o_i|, summed over each
+    # response's tokens and meaned over the responses (TRL 1.16 loss_type='luspo'); everything else GSPO's preset:
+    # sequence ratio, clip 3e-4 / 4e-4 and 4 minibatches (GSPO Sec. 5.1), group-std advantages.
+    return base.replace(name="luspo", adv_scale="group", mu=4,
+                        loss=LossConfig(ratio_level="sequence", surrogate=Luspo(eps_low=3e-4, eps_high=4e-4),
                                         aggregation="seq_mean_token_mean"))
 
 

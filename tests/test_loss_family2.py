@@ -56,3 +56,29 @@ def test_sapo_preset_cites_and_sets_the_papers_temperatures():
     cfg = presets.get("sapo")
     assert cfg.loss.surrogate == Sapo(tau_pos=1.0, tau_neg=1.05) and cfg.loss.aggregation == "seq_mean_token_mean"
     assert presets.get("sapo", loss_tau_neg=2.0).loss.surrogate.tau_neg == 2.0
+
+
+def test_luspo_by_hand_is_gspo_times_the_length():
+    """Responses of 1 and 3 tokens, log s = 0.1 and -0.1, A = +1 and +1, clip 1 +- 0.05: response 1 clipped above
+    (no gradient), response 2 unclipped: loss = -(1 * 1.05 + 3 * e^-0.1) / 2, d loss / d log pi_t = -e^-0.1 / 2 on
+    each token of response 2 (3 tokens share d s / d log pi_t = s / 3, times |o| = 3)."""
+    from gpolib.objectives import Luspo
+
+    old = torch.zeros(2, 3, dtype=torch.float64)
+    logps = torch.tensor([[0.1, 0.0, 0.0], [-0.1, -0.1, -0.1]], dtype=torch.float64, requires_grad=True)
+    mask = torch.tensor([[1.0, 0, 0], [1, 1, 1]], dtype=torch.float64)
+    adv = torch.tensor([1.0, 1.0], dtype=torch.float64)
+    cfg = LossConfig(ratio_level="sequence", surrogate=Luspo(eps_low=0.05, eps_high=0.05))
+    loss, info = policy_loss(logps, old, adv, mask, cfg)
+    assert loss.item() == pytest.approx(-(1 * 1.05 + 3 * math.exp(-0.1)) / 2, abs=1e-12)
+    g = _grad(loss, logps)
+    assert torch.allclose(g, torch.tensor([[0.0, 0, 0], [-math.exp(-0.1) / 2] * 3], dtype=torch.float64), atol=1e-12)
+    assert info["clip/high"].value == 0.25  # 1 of the 4 tokens, response 1's
+    gspo, _ = policy_loss(logps, old, adv, mask, cfg.replace(surrogate="clip", eps_low=0.05, eps_high=0.05))
+    assert gspo.item() == pytest.approx(-(1.05 + math.exp(-0.1)) / 2, abs=1e-12)  # GSPO: each response weighs 1
+    with pytest.raises(ValueError, match="ratio_level"):
+        LossConfig(ratio_level="token", surrogate="luspo")
+    from gpolib.export import trl_missing, verl_missing
+
+    assert trl_missing("luspo") == [] and any("KL" in m for m in trl_missing(presets.get("luspo", loss_beta=0.04)))
+    assert verl_missing("luspo") == ["surrogate='luspo' (no verl policy loss computes it)"]

@@ -2,7 +2,7 @@
 
 TRL 1.16.0's own code on a shared batch, trainers built from the exported configuration by scale/trl_grpo.py
 (only the model forward replaced by fixed log-probs, as in tests/test_export.py): `GRPOTrainer._compute_loss`
-with loss_type='cispo' where the cap binds, 'sapo' at both ratio levels, `trl.experimental.gmpo.GMPOTrainer._compute_loss` on both clip
+with loss_type='cispo' where the cap binds, 'sapo' at both ratio levels, 'luspo' where the sequence clip binds, `trl.experimental.gmpo.GMPOTrainer._compute_loss` on both clip
 sides with a KL term, and the correction's weights computed by TRL's `_generate_and_score_completions` (a
 `rollout_func` stands in for vLLM and returns the engine's log-probs) then applied by its `_compute_loss`.
 Value and d loss / d log pi_theta equal ours to 1e-6.
@@ -115,6 +115,18 @@ def test_sapo_equals_trl_at_both_ratio_levels_with_a_kl_term(level, script, tmp_
     ours, info = policy_loss(logps, old, adv, mask, cfg.loss, ref)
     assert 0 < info["gate/low_frac"].value < 1 and 0 < info["gate/mean"].value < 1
     assert_same(ours, trainer._compute_loss(trainer.model, loss_inputs(mask, adv, old, ref)), logps)
+
+
+def test_luspo_equals_trl_where_the_sequence_clip_binds(script, tmp_path):
+    """TRL's luspo: GSPO's clipped sequence term, summed over each response's tokens, mean over the responses."""
+    cfg = small("luspo", loss_eps_low=0.05, loss_eps_high=0.08)
+    logps, old, adv, mask, _ = batch(spread=0.3)
+    trainer = trainer_for(script, cfg, tmp_path, logps)
+    assert trainer.loss_type == "luspo" and trainer.importance_sampling_level == "sequence"
+    assert (trainer.epsilon_low, trainer.epsilon_high) == (0.05, 0.08)
+    ours, info = policy_loss(logps, old, adv, mask, cfg.loss)
+    assert 0 < info["clip/frac"].value < 1  # the clip binds on some responses, not on all
+    assert_same(ours, trainer._compute_loss(trainer.model, loss_inputs(mask, adv, old)), logps)
 
 
 def trl_weights(trainer, old, engine, lengths):
