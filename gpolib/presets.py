@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from .config import LossConfig, TrainConfig
-from .objectives import Cispo, Clip, Gmpo, Luspo, Sapo
+from .objectives import Cispo, Clip, Gmpo, Luspo, Sapo, Vespo
 from .validation import fail
 
 
@@ -149,6 +149,16 @@ def _luspo(base: TrainConfig) -> TrainConfig:
     return base.replace(name="luspo", adv_scale="group", mu=4,
                         loss=LossConfig(ratio_level="sequence", surrogate=Luspo(eps_low=3e-4, eps_high=4e-4),
                                         aggregation="seq_mean_token_mean"))
+
+
+@recipe("vespo")
+def _vespo(base: TrainConfig) -> TrainConfig:
+    # VESPO (arXiv 2602.10693): sg(phi(w)) A log pi with phi(w) = exp(lambda + k ln w - lambda w) of the unnormalised
+    # sequence ratio w = prod_t r_t, (k, lambda) = (2, 3) for A >= 0 and (3, 2) for A < 0 (TRL 1.16's vespo_*
+    # defaults); mean over the batch's tokens, as TRL's loss_type='vespo'; group-std advantages as GRPO.
+    return base.replace(name="vespo", adv_scale="group",
+                        loss=LossConfig(ratio_level="token", aggregation="token_mean",
+                                        surrogate=Vespo(shape_pos=2.0, rate_pos=3.0, shape_neg=3.0, rate_neg=2.0)))
 
 
 PRESETS = tuple(RECIPES)

@@ -58,7 +58,8 @@ def test_grpo_config_accepts_every_preset(name, tmp_path):
     expected = {"grpo": ("grpo", "token"), "dapo": ("dapo", "token"), "gspo": ("grpo", "sequence"),
                 "gfpo": ("dapo", "token"), "dr_grpo": ("dr_grpo", "token"),
                 "ppo": ("grpo", "token"), "vapo": ("dapo", "token"), "cispo": ("cispo", "token"),
-                "gmpo": ("grpo", "token"), "sapo": ("sapo", "token"), "luspo": ("luspo", "sequence")}  # PPO, VAPO: value models not exported; GMPOTrainer ignores loss_type
+                "gmpo": ("grpo", "token"), "sapo": ("sapo", "token"), "luspo": ("luspo", "sequence"),
+                "vespo": ("vespo", "token")}  # PPO, VAPO: value models not exported; GMPOTrainer ignores loss_type
     assert (args.loss_type, args.importance_sampling_level) == expected.get(name, (args.loss_type, "token"))
 
 

@@ -82,3 +82,25 @@ def test_luspo_by_hand_is_gspo_times_the_length():
 
     assert trl_missing("luspo") == [] and any("KL" in m for m in trl_missing(presets.get("luspo", loss_beta=0.04)))
     assert verl_missing("luspo") == ["surrogate='luspo' (no verl policy loss computes it)"]
+
+
+def test_vespo_by_hand_the_gamma_weight_of_the_unnormalised_ratio():
+    """Response 1: log r = (0.2, 0.3), A = +1: ln w = 0.5 (the sum, not GSPO's mean), phi = e^(3 + 2 * 0.5 - 3 e^0.5);
+    response 2: log r = (0, 0), A = -1: phi(1) = 1. token_mean: d loss / d log pi_t = -phi_i A_i / 4, detached phi."""
+    from gpolib.objectives import Vespo
+
+    old = torch.full((2, 2), -1.0, dtype=torch.float64)
+    logps = (old + torch.tensor([[0.2, 0.3], [0.0, 0.0]], dtype=torch.float64)).requires_grad_(True)
+    adv = torch.tensor([1.0, -1.0], dtype=torch.float64)
+    mask = torch.ones(2, 2, dtype=torch.float64)
+    loss, info = policy_loss(logps, old, adv, mask, presets.get("vespo").loss)
+    phi1 = math.exp(3 + 2 * 0.5 - 3 * math.exp(0.5))
+    assert loss.item() == pytest.approx(-(phi1 * (-0.8 - 0.7) + 1.0 * 2.0) / 4, abs=1e-12)
+    g = _grad(loss, logps)
+    assert torch.allclose(g, torch.tensor([[-phi1 / 4] * 2, [0.25] * 2], dtype=torch.float64), atol=1e-12)
+    assert info["gamma_weight/mean"].value == pytest.approx((phi1 + 1) / 2, abs=1e-12)
+    assert info["gamma_weight/low_frac"].value == 0.0 and phi1 > 0.1
+    with pytest.raises(ValueError, match="rate_neg"):
+        Vespo(rate_neg=0.0)
+    with pytest.raises(ValueError, match="ratio_level"):
+        LossConfig(ratio_level="sequence", surrogate="vespo")

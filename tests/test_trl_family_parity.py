@@ -2,7 +2,7 @@
 
 TRL 1.16.0's own code on a shared batch, trainers built from the exported configuration by scale/trl_grpo.py
 (only the model forward replaced by fixed log-probs, as in tests/test_export.py): `GRPOTrainer._compute_loss`
-with loss_type='cispo' where the cap binds, 'sapo' at both ratio levels, 'luspo' where the sequence clip binds, `trl.experimental.gmpo.GMPOTrainer._compute_loss` on both clip
+with loss_type='cispo' where the cap binds, 'sapo' at both ratio levels, 'luspo' where the sequence clip binds, 'vespo', `trl.experimental.gmpo.GMPOTrainer._compute_loss` on both clip
 sides with a KL term, and the correction's weights computed by TRL's `_generate_and_score_completions` (a
 `rollout_func` stands in for vLLM and returns the engine's log-probs) then applied by its `_compute_loss`.
 Value and d loss / d log pi_theta equal ours to 1e-6.
@@ -127,6 +127,23 @@ def test_luspo_equals_trl_where_the_sequence_clip_binds(script, tmp_path):
     ours, info = policy_loss(logps, old, adv, mask, cfg.loss)
     assert 0 < info["clip/frac"].value < 1  # the clip binds on some responses, not on all
     assert_same(ours, trainer._compute_loss(trainer.model, loss_inputs(mask, adv, old)), logps)
+
+
+@pytest.mark.parametrize("spread", [0.05, 0.4])
+def test_vespo_equals_trl_with_its_gamma_weight_on_both_signs(spread, script, tmp_path):
+    """TRL's vespo: sg(phi(w)) A log pi, w the product of the token ratios, (k, lambda) by the advantage's sign; a
+    small spread keeps w near 1 (phi near its peak), a wider one damps some responses below 0.1."""
+    cfg = small("vespo", loss_beta=0.04)
+    logps, old, adv, mask, ref = batch(spread=spread)
+    with torch.no_grad():
+        logps[:, 0] = old[:, 0] + spread  # the batch's r = e^2 on the first token would dominate w
+    trainer = trainer_for(script, cfg, tmp_path, logps)
+    assert trainer.loss_type == "vespo" and (trainer.args.vespo_k_pos, trainer.args.vespo_lambda_neg) == (2.0, 2.0)
+    ours, info = policy_loss(logps, old, adv, mask, cfg.loss, ref)
+    assert bool((adv > 0).any()) and bool((adv < 0).any()) and 0 < info["gamma_weight/mean"].value
+    if spread > 0.1:
+        assert 0 < info["gamma_weight/low_frac"].value < 1
+    assert_same(ours, trainer._compute_loss(trainer.model, loss_inputs(mask, adv, old, ref)), logps)
 
 
 def trl_weights(trainer, old, engine, lengths):

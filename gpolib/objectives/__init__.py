@@ -11,7 +11,8 @@ composed from a `LossConfig`, one module per step:
                     cispo.py  CISPO's capped, detached IS weight (MiniMax-M1),
                     gmpo.py   GMPO's geometric mean of log-space-clipped token ratios,
                     sapo.py   SAPO's soft sigmoid gate of the ratio,
-                    luspo.py  LUSPO's length-scaled GSPO term;
+                    luspo.py  LUSPO's length-scaled GSPO term,
+                    vespo.py  VESPO's detached Gamma-shaped weight of the sequence ratio;
   mismatch.py     w: the TIS / MIS weight on the rollout engine's mismatch (Yao et al. 2025);
   kl.py           k3: the KL to the reference (DeepSeekMath Eq. 4);
   aggregation.py  the reduction of the token terms (GRPO Eq. 3, DAPO Eq. 8, Dr. GRPO).
@@ -35,12 +36,13 @@ from .cispo import Cispo
 from .gmpo import Gmpo, geometric_ratio
 from .sapo import Sapo
 from .luspo import Luspo
+from .vespo import Vespo
 
 __all__ = ["ADV_EPS", "check_scale", "group_advantages", "aggregate", "subset_scale", "k1_kl", "k3_kl",
            "policy_loss", "ratio_diagnostics", "mismatch_correction", "mismatch_diagnostics", "mismatch_weights",
            "importance_ratio", "sequence_log_ratio", "token_log_ratio", "SURROGATES", "Surrogate", "per_token",
            "register", "surrogate_of", "Clip", "clip_masks", "clipped_surrogate", "Cispo", "Gmpo", "geometric_ratio",
-           "Sapo", "Luspo"]
+           "Sapo", "Luspo", "Vespo"]
 
 for _module in pkgutil.iter_modules(__path__):  # the built-ins above first, in that order; then any other module
     importlib.import_module(f"{__name__}.{_module.name}")
