@@ -46,6 +46,12 @@ class LossConfig:
     mismatch_cap: float = 2.0
     """C, the cap of the mismatch weight: truncated to C or masked above C (FlashRL / Yao et al. 2025: C = 2);
     finite (a config is stored as strict JSON; a huge C stands for no cap)."""
+    top_entropy_quantile: float = 1.0
+    """rho, the share of tokens, highest entropy first, that keep their policy term ("Beyond the 80/20 rule",
+    arXiv 2506.01939: 0.2; TRL 1.16's `top_entropy_quantile`); 1 keeps every token (`objectives.selection`)."""
+    off_policy_mask_threshold: Optional[float] = None
+    """delta of DeepSeek-V3.2's off-policy sequence mask: a response with A < 0 whose mean log(pi_sample / pi_theta)
+    exceeds delta is dropped (TRL 1.16's `off_policy_mask_threshold`); None: no mask (`objectives.selection`)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "surrogate", surrogate_of(self.surrogate))

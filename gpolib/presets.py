@@ -161,6 +161,14 @@ def _vespo(base: TrainConfig) -> TrainConfig:
                                         surrogate=Vespo(shape_pos=2.0, rate_pos=3.0, shape_neg=3.0, rate_neg=2.0)))
 
 
+@recipe("grpo_top_entropy")
+def _grpo_top_entropy(base: TrainConfig) -> TrainConfig:
+    # "Beyond the 80/20 rule" (Wang et al. 2025, arXiv 2506.01939) Sec. 4: the policy gradient on the top rho = 0.2
+    # of tokens by entropy only (TRL 1.16 top_entropy_quantile = 0.2), on GRPO's objective otherwise, so that the
+    # two differ in the selection alone.
+    return _grpo(base).replace(name="grpo_top_entropy", loss_top_entropy_quantile=0.2)
+
+
 PRESETS = tuple(RECIPES)
 """the presets of the library, in order (a preset registered later, e.g. by a test, is in RECIPES only)"""
 

@@ -104,3 +104,53 @@ def test_vespo_by_hand_the_gamma_weight_of_the_unnormalised_ratio():
         Vespo(rate_neg=0.0)
     with pytest.raises(ValueError, match="ratio_level"):
         LossConfig(ratio_level="sequence", surrogate="vespo")
+
+
+def test_high_entropy_selection_by_hand_keeps_the_top_tokens_only():
+    """Five real tokens with entropies 0.1 .. 0.5, rho = 0.4: the 0.6 quantile is 0.34, so the tokens of entropy 0.4
+    and 0.5 keep their term; the padding never does. GRPO at r = 1: d loss / d log pi = -A / |o| / B there, else 0."""
+    logps = torch.zeros(2, 3, dtype=torch.float64, requires_grad=True)
+    mask = torch.tensor([[1.0, 1, 1], [1, 1, 0]], dtype=torch.float64)
+    ent = torch.tensor([[0.1, 0.5, 0.3], [0.4, 0.2, 9.0]], dtype=torch.float64)
+    adv = torch.tensor([1.0, -1.0], dtype=torch.float64)
+    loss, info = policy_loss(logps, logps.detach(), adv, mask, LossConfig(top_entropy_quantile=0.4), entropies=ent)
+    g = _grad(loss, logps)
+    assert torch.allclose(g, torch.tensor([[0, -1 / 6, 0], [1 / 4, 0, 0]], dtype=torch.float64), atol=1e-12)
+    assert info["select/entropy_dropped"].value == pytest.approx(3 / 5)
+    assert info["select/entropy_kept"].value == pytest.approx(0.45)
+    with pytest.raises(ValueError, match="entropies are required"):
+        policy_loss(logps, logps.detach(), adv, mask, LossConfig(top_entropy_quantile=0.4))
+
+
+def test_off_policy_mask_by_hand_drops_only_drifted_negative_responses():
+    """delta = 0.2: response 1 (A > 0, drift 0.5) kept; response 2 (A < 0, drift 0.5) dropped; response 3 (A < 0,
+    drift 0.1) kept. The drift is mean log(pi_sample / pi_theta), pi_sample = pi_old without engine log-probs."""
+    old = torch.zeros(3, 2, dtype=torch.float64)
+    logps = torch.tensor([[-0.5, -0.5], [-0.5, -0.5], [-0.1, -0.1]], dtype=torch.float64, requires_grad=True)
+    adv = torch.tensor([1.0, -1.0, -1.0], dtype=torch.float64)
+    mask = torch.ones(3, 2, dtype=torch.float64)
+    cfg = LossConfig(surrogate=Sapo(), off_policy_mask_threshold=0.2)
+    loss, info = policy_loss(logps, old, adv, mask, cfg)
+    g = _grad(loss, logps)
+    assert bool((g[0] != 0).all()) and bool((g[1] == 0).all()) and bool((g[2] != 0).all())
+    assert info["select/off_policy_dropped"].value == pytest.approx(1 / 3)
+    engine = logps.detach() + 0.05  # pi_sample close to pi_theta: nothing drifts past delta
+    _, info = policy_loss(logps, old, adv, mask, cfg, engine_logps=engine)
+    assert info["select/off_policy_dropped"].value == 0.0
+
+
+@pytest.mark.parametrize("kw, match", [(dict(top_entropy_quantile=0.0), "top_entropy_quantile"),
+                                       (dict(top_entropy_quantile=1.5), "top_entropy_quantile"),
+                                       (dict(off_policy_mask_threshold=-0.1), "off_policy_mask_threshold"),
+                                       (dict(off_policy_mask_threshold=float("nan")), "off_policy_mask_threshold")])
+def test_selection_fields_are_checked(kw, match):
+    with pytest.raises(ValueError, match=match):
+        LossConfig(**kw)
+
+
+def test_selection_is_off_by_default_and_keeps_identities():
+    assert presets.get("grpo").identity() == presets.get("grpo", loss_top_entropy_quantile=1.0).identity()
+    assert "top_entropy_quantile" in presets.get("grpo", loss_top_entropy_quantile=0.2).identity()["loss"]
+    top = presets.get("grpo_top_entropy")
+    assert top.loss.top_entropy_quantile == 0.2
+    assert top.loss.replace(top_entropy_quantile=1.0) == presets.get("grpo").loss

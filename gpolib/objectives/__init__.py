@@ -1,6 +1,6 @@
 """The GRPO-family objective as pure tensor functions: one pipeline, and one object per surrogate.
 
-    J = aggregate( w * f(r, A) - beta * k3 );   loss = -J                     `policy_loss` (loss.py)
+    J = aggregate( w * keep * f(r, A) - beta * k3 );   loss = -J              `policy_loss` (loss.py)
 
 composed from a `LossConfig`, one module per step:
   advantages.py   A: group-relative advantages (DeepSeekMath Eq. 3, Dr. GRPO, RLOO), computed before the loss;
@@ -13,6 +13,8 @@ composed from a `LossConfig`, one module per step:
                     sapo.py   SAPO's soft sigmoid gate of the ratio,
                     luspo.py  LUSPO's length-scaled GSPO term,
                     vespo.py  VESPO's detached Gamma-shaped weight of the sequence ratio;
+  selection.py    keep: the high-entropy tokens (Beyond the 80/20 rule) and the off-policy sequence mask
+                  (DeepSeek-V3.2), off by default;
   mismatch.py     w: the TIS / MIS weight on the rollout engine's mismatch (Yao et al. 2025);
   kl.py           k3: the KL to the reference (DeepSeekMath Eq. 4);
   aggregation.py  the reduction of the token terms (GRPO Eq. 3, DAPO Eq. 8, Dr. GRPO).
