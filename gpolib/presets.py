@@ -130,7 +130,7 @@ def _gmpo(base: TrainConfig) -> TrainConfig:
                                         aggregation="seq_mean_token_mean"))
 
 
-@recipe("sapo")
+@recipe("sapo", notebook="10")
 def _sapo(base: TrainConfig) -> TrainConfig:
     # SAPO (Gao et al. 2025, arXiv 2511.20347) Sec. 3: the hard clip replaced by the soft gate
     # (4 / tau) sigmoid(tau (r - 1)) A on the token ratio, tau_pos = 1.0 (A > 0), tau_neg = 1.05 (A < 0), the values
@@ -141,7 +141,7 @@ def _sapo(base: TrainConfig) -> TrainConfig:
                                         aggregation="seq_mean_token_mean"))
 
 
-@recipe("luspo")
+@recipe("luspo", notebook="10")
 def _luspo(base: TrainConfig) -> TrainConfig:
     # LUSPO (arXiv 2602.05261): GSPO's clipped sequence term scaled by the response length |o_i|, summed over each
     # response's tokens and meaned over the responses (TRL 1.16 loss_type='luspo'); everything else GSPO's preset:
@@ -151,7 +151,7 @@ def _luspo(base: TrainConfig) -> TrainConfig:
                                         aggregation="seq_mean_token_mean"))
 
 
-@recipe("vespo")
+@recipe("vespo", notebook="10")
 def _vespo(base: TrainConfig) -> TrainConfig:
     # VESPO (arXiv 2602.10693): sg(phi(w)) A log pi with phi(w) = exp(lambda + k ln w - lambda w) of the unnormalised
     # sequence ratio w = prod_t r_t, (k, lambda) = (2, 3) for A >= 0 and (3, 2) for A < 0 (TRL 1.16's vespo_*
@@ -161,7 +161,7 @@ def _vespo(base: TrainConfig) -> TrainConfig:
                                         surrogate=Vespo(shape_pos=2.0, rate_pos=3.0, shape_neg=3.0, rate_neg=2.0)))
 
 
-@recipe("grpo_top_entropy")
+@recipe("grpo_top_entropy", notebook="10")
 def _grpo_top_entropy(base: TrainConfig) -> TrainConfig:
     # "Beyond the 80/20 rule" (Wang et al. 2025, arXiv 2506.01939) Sec. 4: the policy gradient on the top rho = 0.2
     # of tokens by entropy only (TRL 1.16 top_entropy_quantile = 0.2), on GRPO's objective otherwise, so that the

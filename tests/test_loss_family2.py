@@ -39,7 +39,7 @@ def test_sapo_by_hand_the_gate_and_its_weight_no_token_zeroed():
     assert torch.allclose(g, expected, atol=1e-12) and bool((g != 0).all())
     assert w[0][0] == 1.0 and w[0][1] < 0.1  # the weight: 1 on-policy, below 0.1 at r = e^3
     assert info["gate/mean"].value == pytest.approx(sum(map(sum, w)) / 4, abs=1e-12)
-    assert info["gate/low_frac"].value == 0.25
+    assert info["gate/low_frac"].value == 0.25 and info["gate/zeroed_frac"].value == 0.0
     # no token zeroed: the log-ratio range spans every token with A != 0, the one at r = e^3 included
     assert info["ratio/log_range"].value == pytest.approx(4.0)
     assert Sapo().diagnostics(torch.exp(logps.detach()), old, adv, mask)[1] is None

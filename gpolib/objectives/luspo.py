@@ -28,6 +28,7 @@ class Luspo(Surrogate):
     name: ClassVar[str] = "luspo"
     metrics: ClassVar[dict] = CLIP_METRICS
     ratio_levels: ClassVar[tuple] = ("sequence", "sequence_token")
+    granularity: ClassVar[str] = "sequence (length-normalised), term x |o|"
 
     eps_low: float = 3e-4
     """the sequence ratio is clipped below at 1 - eps_low (GSPO Sec. 5.1: 3e-4, the range LUSPO keeps from GSPO)"""

@@ -5,7 +5,8 @@ gate in place of PPO's hard clip, at the token or the sequence ratio.
 Its derivative in r is 4 sigma (1 - sigma), sigma = sigmoid(tau (r - 1)): 1 at r = 1 (the unclipped policy
 gradient there) and decaying smoothly as r leaves 1, so a token far off-policy keeps a small gradient instead of none.
 That factor is the gate's weight: `gate/mean` is its mean over the tokens, `gate/low_frac` the share of tokens whose
-weight falls below 0.1 (SAPO's softly "clipped" tokens). No token's gradient is zeroed. tau_neg > tau_pos damps
+weight falls below 0.1 (SAPO's softly "clipped" tokens). No token's gradient is zeroed, save where the weight
+underflows to 0 in floating point (tau (r - 1) beyond ~88 in float32): `gate/zeroed_frac` counts those, C5's check. tau_neg > tau_pos damps
 negative-advantage updates faster (SAPO: tau_pos = 1.0, tau_neg = 1.05, TRL's and verl's defaults).
 TRL 1.16: loss_type='sapo' with sapo_temperature_pos / _neg, token or sequence ratio, mean over responses; verl
 0.9.1: loss_mode 'sapo' with actor.tau_pos / tau_neg, token ratio, mean over responses. Both read A > 0 for tau_pos.
@@ -49,7 +50,9 @@ class Sapo(Surrogate):
     name: ClassVar[str] = "sapo"
     metrics: ClassVar[dict] = {
         "gate/mean": Metric("SAPO gate weight 4 sigma (1 - sigma), mean over tokens", update=True),
-        "gate/low_frac": Metric("SAPO gate weight < 0.1 (fraction of tokens)", update=True, missing=0.0)}
+        "gate/low_frac": Metric("SAPO gate weight < 0.1 (fraction of tokens)", update=True, missing=0.0),
+        "gate/zeroed_frac": Metric("SAPO gate weight 0 in floating point, gradient zeroed (fraction of tokens)",
+                                   update=True, missing=0.0)}
 
     tau_pos: float = 1.0
     """tau_pos of SAPO Sec. 3, the gate's temperature where A > 0 (SAPO: 1.0)"""
@@ -67,7 +70,8 @@ class Sapo(Surrogate):
 
     def diagnostics(self, ratio, old_logps, advantages, mask) -> tuple:
         weight = gate_weight(ratio, temperatures(advantages, self.tau_pos, self.tau_neg))  # (B, T)
-        return {"gate/mean": Mean.of(weight, mask), "gate/low_frac": Share.of(weight < LOW_WEIGHT, mask)}, None
+        return {"gate/mean": Mean.of(weight, mask), "gate/low_frac": Share.of(weight < LOW_WEIGHT, mask),
+                "gate/zeroed_frac": Share.of(weight == 0, mask)}, None
 
     def trl(self, loss) -> dict:
         return {"loss_type": "sapo", "sapo_temperature_pos": self.tau_pos, "sapo_temperature_neg": self.tau_neg}
