@@ -148,7 +148,7 @@ def c7_evidence(summaries: dict, metrics: dict, seeds) -> dict:
     rows = [metrics[run_key("top_entropy_mu4", s)] for s in seeds]
     return {"acc_top_entropy": end_accuracy(summaries, "top_entropy_mu4", seeds),
             "acc_grpo": end_accuracy(summaries, "grpo_mu4", seeds),
-            "kept_share": [1 - mean_over(r, "select/entropy_dropped") for r in rows],
+            "kept_share": [1 - mean_over(r, "select/entropy_dropped") for r in rows],  # NaN where none measured
             "kept_entropy": [mean_over(r, "select/entropy_kept") for r in rows],
             "entropy_all": [mean_over(r, "entropy/mean") for r in rows]}
 

@@ -27,12 +27,12 @@ if TYPE_CHECKING:
     import torch
 
 METRICS = {
-    "select/entropy_dropped": Metric("tokens dropped by the high-entropy selection (fraction)", update=True,
-                                     missing=0.0),
+    "select/entropy_dropped": Metric("tokens dropped by the high-entropy selection (fraction)", update=True),
     "select/entropy_kept": Metric("entropy of the tokens the high-entropy selection keeps (nats/token)", update=True),
     "select/off_policy_dropped": Metric("responses dropped by the off-policy mask (fraction)", update=True,
                                         missing=0.0)}
-"""what the selection steps report, when they are on"""
+"""what the selection steps report, when they are on; a skipped update records None for the entropy selection's
+(a run mean of the share of tokens with a gradient then reads the updates only) and 0 responses dropped"""
 register(METRICS)
 
 
