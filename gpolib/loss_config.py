@@ -1,6 +1,7 @@
 """`LossConfig`: the policy objective's axes, validated on construction (re-exported by `gpolib.config`).
 
-Ratio level x surrogate x aggregation, plus the KL weight and the rollout/trainer mismatch correction. The
+Ratio level x surrogate x aggregation, plus the KL weight, the rollout/trainer mismatch correction and two selection
+steps (high-entropy tokens, the off-policy sequence mask; `objectives.selection`). The
 surrogate is an object (`gpolib.objectives.surrogate`) holding its own parameters: `Clip(eps_low, eps_high)`,
 `Cispo(cap, floor)`, `Gmpo(log_clip_low, log_clip_high)`; a name stands for its defaults.
 Every field added after the first runs were recorded has a default that keeps the old objective, and a run's
@@ -31,7 +32,9 @@ class LossConfig:
     """the per-token objective f(r, A) with its parameters: `Clip(eps_low=0.2, eps_high=0.28)` (PPO's clip with DAPO's
     decoupled range, DAPO Eq. 8), `Cispo(cap=5.0)` (MiniMax-M1 Sec. 3.1: sg(clip(r)) A log pi, every token keeps
     its gradient), `Gmpo(log_clip_low=0.4, log_clip_high=0.4)` (GMPO: the geometric mean of log-space-clipped token
-    ratios times A, one term per response), or a registered name for its defaults ('clip', 'cispo', 'gmpo')."""
+    ratios times A, one term per response), `Sapo(tau_pos, tau_neg)` (SAPO's soft gate), `Luspo(eps_low, eps_high)`
+    (GSPO's term times the response length), `Vespo(shape_pos, rate_pos, shape_neg, rate_neg)` (VESPO's Gamma-shaped
+    weight), or a registered name for its defaults ('clip', 'cispo', 'gmpo', 'sapo', 'luspo', 'vespo')."""
     aggregation: str = "seq_mean_token_mean"
     """'seq_mean_token_mean' (GRPO Eq. 3, sample-level), 'token_mean' (DAPO Eq. 8, token-level),
     'seq_mean_token_sum_norm' (Dr. GRPO: sum of token terms / (B * max_len))."""
