@@ -21,7 +21,7 @@ Mapping (ours -> TRL | verl):
                 seq_mean_token_sum_norm -> "dr_grpo" | "seq-mean-token-sum-norm", loss_scale_factor=max_len
   adv_scale     scale_rewards="group"|"batch"|"none" | norm_adv_by_std_in_grpo=True|False;
                 "rloo" -> (TRL: not available) | adv_estimator="rloo"
-  beta          beta | actor.use_kl_loss, kl_loss_coef, kl_loss_type="low_var_kl" (k3)
+  beta          beta, use_bias_correction_kl=False | actor.use_kl_loss, kl_loss_coef, kl_loss_type="low_var_kl" (k3)
   mu            steps_per_generation=mu, num_iterations=1 | ppo_mini_batch_size=prompts_per_step/mu
   overlong      "shaping" -> a TRL reward function (`trl_reward_funcs`) | verl's "dapo" reward manager
                 with overlong_buffer (its penalty equals DAPO Eq. 13 for lengths <= max_len);
@@ -164,6 +164,7 @@ def to_trl(preset_or_cfg, strict: bool = True, num_processes: int = 1) -> dict:
     kwargs = dict(
         loss_type=loss_type,
         importance_sampling_level="token" if cfg.loss.ratio_level == "token" else "sequence", beta=cfg.loss.beta,
+        use_bias_correction_kl=False,  # our k3 term is not weighted by the ratio (TRL 1.16 defaults to True)
         scale_rewards=cfg.adv_scale, num_generations=cfg.group_size,
         mask_truncated_completions=cfg.overlong == "filter",
         per_device_train_batch_size=per_device, gradient_accumulation_steps=1,

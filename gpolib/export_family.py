@@ -7,6 +7,8 @@ TRL's epsilon_high and as verl's 1 + clip_ratio_high). Names read off TRL 1.16.0
 `grpo_trainer.py`, `experimental/gmpo/`) and verl 0.9.1 (`trainer/ppo/core_algos.py`,
 `trainer/ppo/rollout_corr_helper.py`, `trainer/config/algorithm.py`).
 
+The selection steps (`objectives.selection`) go to TRL as top_entropy_quantile / off_policy_mask_threshold; verl
+has neither.
 Mapping of the mismatch correction (ours -> TRL | verl):
   mismatch_correction  vllm_importance_sampling_correction (False when ours is 'none': TRL's default is True),
                      vllm_importance_sampling_mode = ours, vllm_importance_sampling_clip_max = C (the former
@@ -29,8 +31,14 @@ def trl_family_missing(cfg) -> list:
 
 
 def verl_family_missing(cfg) -> list:
-    """What verl 0.9.1 cannot reproduce of the surrogate and the mismatch correction, one line each."""
-    return cfg.loss.surrogate.verl_missing(cfg.loss)
+    """What verl 0.9.1 cannot reproduce of the surrogate, the mismatch correction and the selection steps."""
+    loss, out = cfg.loss, list(cfg.loss.surrogate.verl_missing(cfg.loss))
+    if loss.top_entropy_quantile < 1:
+        out.append(f"top_entropy_quantile={loss.top_entropy_quantile} (verl has no high-entropy token selection)")
+    if loss.off_policy_mask_threshold is not None:
+        out.append(f"off_policy_mask_threshold={loss.off_policy_mask_threshold} (verl has no off-policy sequence "
+                   "mask)")
+    return out
 
 
 def trl_family_kwargs(cfg) -> dict:
@@ -41,6 +49,10 @@ def trl_family_kwargs(cfg) -> dict:
     if loss.mismatch_correction != "none":
         keys.update(vllm_importance_sampling_mode=loss.mismatch_correction,
                     vllm_importance_sampling_clip_max=loss.mismatch_cap)
+    if loss.top_entropy_quantile < 1:
+        keys["top_entropy_quantile"] = loss.top_entropy_quantile
+    if loss.off_policy_mask_threshold is not None:
+        keys["off_policy_mask_threshold"] = loss.off_policy_mask_threshold
     return {**keys, **loss.surrogate.trl(loss)}
 
 

@@ -1,6 +1,7 @@
 """`LossConfig`: the policy objective's axes, validated on construction (re-exported by `gpolib.config`).
 
-Ratio level x surrogate x aggregation, plus the KL weight and the rollout/trainer mismatch correction. The
+Ratio level x surrogate x aggregation, plus the KL weight, the rollout/trainer mismatch correction and two selection
+steps (high-entropy tokens, the off-policy sequence mask; `objectives.selection`). The
 surrogate is an object (`gpolib.objectives.surrogate`) holding its own parameters: `Clip(eps_low, eps_high)`,
 `Cispo(cap, floor)`, `Gmpo(log_clip_low, log_clip_high)`; a name stands for its defaults.
 Every field added after the first runs were recorded has a default that keeps the old objective, and a run's
@@ -31,7 +32,9 @@ class LossConfig:
     """the per-token objective f(r, A) with its parameters: `Clip(eps_low=0.2, eps_high=0.28)` (PPO's clip with DAPO's
     decoupled range, DAPO Eq. 8), `Cispo(cap=5.0)` (MiniMax-M1 Sec. 3.1: sg(clip(r)) A log pi, every token keeps
     its gradient), `Gmpo(log_clip_low=0.4, log_clip_high=0.4)` (GMPO: the geometric mean of log-space-clipped token
-    ratios times A, one term per response), or a registered name for its defaults ('clip', 'cispo', 'gmpo')."""
+    ratios times A, one term per response), `Sapo(tau_pos, tau_neg)` (SAPO's soft gate), `Luspo(eps_low, eps_high)`
+    (GSPO's term times the response length), `Vespo(shape_pos, rate_pos, shape_neg, rate_neg)` (VESPO's Gamma-shaped
+    weight), or a registered name for its defaults ('clip', 'cispo', 'gmpo', 'sapo', 'luspo', 'vespo')."""
     aggregation: str = "seq_mean_token_mean"
     """'seq_mean_token_mean' (GRPO Eq. 3, sample-level), 'token_mean' (DAPO Eq. 8, token-level),
     'seq_mean_token_sum_norm' (Dr. GRPO: sum of token terms / (B * max_len))."""
@@ -46,6 +49,12 @@ class LossConfig:
     mismatch_cap: float = 2.0
     """C, the cap of the mismatch weight: truncated to C or masked above C (FlashRL / Yao et al. 2025: C = 2);
     finite (a config is stored as strict JSON; a huge C stands for no cap)."""
+    top_entropy_quantile: float = 1.0
+    """rho, the share of tokens, highest entropy first, that keep their policy term ("Beyond the 80/20 rule",
+    arXiv 2506.01939: 0.2; TRL 1.16's `top_entropy_quantile`); 1 keeps every token (`objectives.selection`)."""
+    off_policy_mask_threshold: Optional[float] = None
+    """delta of DeepSeek-V3.2's off-policy sequence mask: a response with A < 0 whose mean log(pi_sample / pi_theta)
+    exceeds delta is dropped (TRL 1.16's `off_policy_mask_threshold`); None: no mask (`objectives.selection`)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "surrogate", surrogate_of(self.surrogate))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from .config import LossConfig, TrainConfig
-from .objectives import Cispo, Clip, Gmpo
+from .objectives import Cispo, Clip, Gmpo, Luspo, Sapo, Vespo
 from .validation import fail
 
 
@@ -128,6 +128,45 @@ def _gmpo(base: TrainConfig) -> TrainConfig:
     return base.replace(name="gmpo", adv_scale="group",
                         loss=LossConfig(ratio_level="token", surrogate=Gmpo(log_clip_low=0.4, log_clip_high=0.4),
                                         aggregation="seq_mean_token_mean"))
+
+
+@recipe("sapo", notebook="10")
+def _sapo(base: TrainConfig) -> TrainConfig:
+    # SAPO (Gao et al. 2025, arXiv 2511.20347) Sec. 3: the hard clip replaced by the soft gate
+    # (4 / tau) sigmoid(tau (r - 1)) A on the token ratio, tau_pos = 1.0 (A > 0), tau_neg = 1.05 (A < 0), the values
+    # TRL 1.16 (loss_type='sapo') and verl 0.9.1 (loss_mode 'sapo') default to; mean over responses, as both compute
+    # it; group-std advantages as GRPO.
+    return base.replace(name="sapo", adv_scale="group",
+                        loss=LossConfig(ratio_level="token", surrogate=Sapo(tau_pos=1.0, tau_neg=1.05),
+                                        aggregation="seq_mean_token_mean"))
+
+
+@recipe("luspo", notebook="10")
+def _luspo(base: TrainConfig) -> TrainConfig:
+    # LUSPO (arXiv 2602.05261): GSPO's clipped sequence term scaled by the response length |o_i|, summed over each
+    # response's tokens and meaned over the responses (TRL 1.16 loss_type='luspo'); everything else GSPO's preset:
+    # sequence ratio, clip 3e-4 / 4e-4 and 4 minibatches (GSPO Sec. 5.1), group-std advantages.
+    return base.replace(name="luspo", adv_scale="group", mu=4,
+                        loss=LossConfig(ratio_level="sequence", surrogate=Luspo(eps_low=3e-4, eps_high=4e-4),
+                                        aggregation="seq_mean_token_mean"))
+
+
+@recipe("vespo", notebook="10")
+def _vespo(base: TrainConfig) -> TrainConfig:
+    # VESPO (arXiv 2602.10693): sg(phi(w)) A log pi with phi(w) = exp(lambda + k ln w - lambda w) of the unnormalised
+    # sequence ratio w = prod_t r_t, (k, lambda) = (2, 3) for A >= 0 and (3, 2) for A < 0 (TRL 1.16's vespo_*
+    # defaults); mean over the batch's tokens, as TRL's loss_type='vespo'; group-std advantages as GRPO.
+    return base.replace(name="vespo", adv_scale="group",
+                        loss=LossConfig(ratio_level="token", aggregation="token_mean",
+                                        surrogate=Vespo(shape_pos=2.0, rate_pos=3.0, shape_neg=3.0, rate_neg=2.0)))
+
+
+@recipe("grpo_top_entropy", notebook="10")
+def _grpo_top_entropy(base: TrainConfig) -> TrainConfig:
+    # "Beyond the 80/20 rule" (Wang et al. 2025, arXiv 2506.01939) Sec. 4: the policy gradient on the top rho = 0.2
+    # of tokens by entropy only (TRL 1.16 top_entropy_quantile = 0.2), on GRPO's objective otherwise, so that the
+    # two differ in the selection alone.
+    return _grpo(base).replace(name="grpo_top_entropy", loss_top_entropy_quantile=0.2)
 
 
 PRESETS = tuple(RECIPES)

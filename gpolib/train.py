@@ -23,6 +23,7 @@ from .errors import ConfigError, MissingDependencyError
 from .memory import check_fits
 from .reporting import reporter
 from .metrics import update_defaults
+from .objectives.selection import metrics_of
 from .rewards import correctness_reward, soft_overlong_penalty
 from .rollout import Rollout, autocast, generate
 from .rundir import RunDir
@@ -194,7 +195,8 @@ def train_step(trainer: Trainer, step: int) -> dict:
     t1 = time.perf_counter()
     upd = trainer.update(batch, step)
     t2 = time.perf_counter()
-    placeholders = update_defaults(trainer.cfg.loss.surrogate.metrics)  # a skipped update writes them
+    loss = trainer.cfg.loss
+    placeholders = update_defaults({**loss.surrogate.metrics, **metrics_of(loss)})  # a skipped update writes them
     return {"step": step, **batch.stats, **placeholders, **upd, "lr": trainer.sched.get_last_lr()[0],
             "time/rollout_s": t1 - t0, "time/train_s": t2 - t1,
             "tokens_per_s": batch.stats["gen/tokens"] / max(t2 - t0, 1e-9)}

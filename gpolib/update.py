@@ -149,7 +149,7 @@ def _micro_step(policy: Policy, cfg, batch: Batch, rows: torch.Tensor, totals: t
     # engine computes in reduced precision (its mismatch then measured, `mismatch/*`)
     on = c.loss.mismatch_correction != "none" or c.rollout_weights is not None or c.rollout_autocast is not None
     engine = {"engine_logps": ro.sample_logps[rows].to(policy.device)} if on else {}
-    loss, info = policy_loss(lp, old_lp, adv, mask, c.loss, ref, **engine)
+    loss, info = policy_loss(lp, old_lp, adv, mask, c.loss, ref, **engine, entropies=ent)
     loss = loss * subset_scale(c.loss.aggregation, len(rows), n_rows_all, float(mask.sum()), n_tok_all)
     # VAPO: + positive_lm_weight * NLL of the correct responses (its share of the minibatch's); nothing at weight 0
     lm, lm_info = positive_lm_term(c, lp, mask, batch.correct[rows].to(policy.device), n_positive)

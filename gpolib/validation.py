@@ -75,6 +75,11 @@ def check_loss(cfg) -> None:
         positive("max_len", cfg.max_len, 0, integer=True)
     choice("mismatch_correction", cfg.mismatch_correction, MISMATCH_CORRECTIONS)
     positive("mismatch_cap", cfg.mismatch_cap, 0)  # finite: a config is stored as strict JSON
+    positive("top_entropy_quantile", cfg.top_entropy_quantile, 0)
+    if cfg.top_entropy_quantile > 1:
+        fail("top_entropy_quantile", cfg.top_entropy_quantile, "0 < top_entropy_quantile <= 1 (1: every token)")
+    if cfg.off_policy_mask_threshold is not None:
+        positive("off_policy_mask_threshold", cfg.off_policy_mask_threshold, 0, strict=False)
 
 
 def check_fields(cfg) -> None:

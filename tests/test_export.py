@@ -58,7 +58,8 @@ def test_grpo_config_accepts_every_preset(name, tmp_path):
     expected = {"grpo": ("grpo", "token"), "dapo": ("dapo", "token"), "gspo": ("grpo", "sequence"),
                 "gfpo": ("dapo", "token"), "dr_grpo": ("dr_grpo", "token"),
                 "ppo": ("grpo", "token"), "vapo": ("dapo", "token"), "cispo": ("cispo", "token"),
-                "gmpo": ("grpo", "token")}  # PPO, VAPO: value models not exported; GMPOTrainer ignores loss_type
+                "gmpo": ("grpo", "token"), "sapo": ("sapo", "token"), "luspo": ("luspo", "sequence"),
+                "vespo": ("vespo", "token")}  # PPO, VAPO: value models not exported; GMPOTrainer ignores loss_type
     assert (args.loss_type, args.importance_sampling_level) == expected.get(name, (args.loss_type, "token"))
 
 
@@ -140,7 +141,8 @@ def test_trl_loss_equals_ours_for_every_preset(name, script, tmp_path):
         trainer = script.build_trainer(cfg, str(tmp_path), strict=False, cpu=True)
     logps, old, adv, mask = shared_batch(cfg)
     B, T = mask.shape
-    trainer._get_per_token_logps_and_entropies = lambda *a, **k: (logps, torch.zeros_like(logps), None)
+    ent = torch.rand(logps.shape, generator=torch.Generator().manual_seed(7))  # entropies: grpo_top_entropy's keep
+    trainer._get_per_token_logps_and_entropies = lambda *a, **k: (logps, ent, None)
     trainer.current_gradient_accumulation_steps = 1  # as in training: gradient_accumulation_steps = 1
     trainer.model.train()
     inputs = {"prompt_ids": torch.zeros(B, 1, dtype=torch.long), "prompt_mask": torch.ones(B, 1, dtype=torch.long),
@@ -148,7 +150,7 @@ def test_trl_loss_equals_ours_for_every_preset(name, script, tmp_path):
               "old_per_token_logps": old, "num_items_in_batch": mask.sum() * cfg.mu}  # generation-batch tokens
     theirs = trainer._compute_loss(trainer.model, inputs)
     (g_theirs,) = torch.autograd.grad(theirs, logps)
-    ours, _ = policy_loss(logps, old, adv, mask, cfg.loss)
+    ours, _ = policy_loss(logps, old, adv, mask, cfg.loss, entropies=ent)
     (g_ours,) = torch.autograd.grad(ours, logps)
     assert abs(ours.item() - theirs.item()) <= TOL and float((g_ours - g_theirs).abs().max()) <= TOL
     assert float(g_ours.abs().max()) > 0

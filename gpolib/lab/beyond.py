@@ -347,6 +347,10 @@ def axes(cfg) -> dict:
     if cfg.gfpo_k:
         best = {"length": "shortest", "efficiency": "most reward per token"}[cfg.gfpo_metric]
         sampling = f"filter: keep the {cfg.gfpo_k} {best} of G = {cfg.group_size}"
+    if lc.top_entropy_quantile < 1:
+        sampling = f"all G = {cfg.group_size}; top {lc.top_entropy_quantile:.0%} tokens by entropy"
+    if lc.off_policy_mask_threshold is not None:
+        sampling += f"; off-policy mask, delta {lc.off_policy_mask_threshold:g}"
     if cfg.advantage_estimator == "gae":
         advantage = "GAE from a value model"
     else:

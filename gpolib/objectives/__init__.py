@@ -1,6 +1,6 @@
 """The GRPO-family objective as pure tensor functions: one pipeline, and one object per surrogate.
 
-    J = aggregate( w * f(r, A) - beta * k3 );   loss = -J                     `policy_loss` (loss.py)
+    J = aggregate( w * keep * f(r, A) - beta * k3 );   loss = -J              `policy_loss` (loss.py)
 
 composed from a `LossConfig`, one module per step:
   advantages.py   A: group-relative advantages (DeepSeekMath Eq. 3, Dr. GRPO, RLOO), computed before the loss;
@@ -9,7 +9,12 @@ composed from a `LossConfig`, one module per step:
                   module holding its term, parameters, checks, diagnostics and TRL / verl export:
                     clip.py   PPO's clip with DAPO's decoupled range (GRPO, DAPO, GSPO, ...),
                     cispo.py  CISPO's capped, detached IS weight (MiniMax-M1),
-                    gmpo.py   GMPO's geometric mean of log-space-clipped token ratios;
+                    gmpo.py   GMPO's geometric mean of log-space-clipped token ratios,
+                    sapo.py   SAPO's soft sigmoid gate of the ratio,
+                    luspo.py  LUSPO's length-scaled GSPO term,
+                    vespo.py  VESPO's detached Gamma-shaped weight of the sequence ratio;
+  selection.py    keep: the high-entropy tokens (Beyond the 80/20 rule) and the off-policy sequence mask
+                  (DeepSeek-V3.2), off by default;
   mismatch.py     w: the TIS / MIS weight on the rollout engine's mismatch (Yao et al. 2025);
   kl.py           k3: the KL to the reference (DeepSeekMath Eq. 4);
   aggregation.py  the reduction of the token terms (GRPO Eq. 3, DAPO Eq. 8, Dr. GRPO).
@@ -31,11 +36,15 @@ from .surrogate import SURROGATES, Surrogate, per_token, register, surrogate_of
 from .clip import Clip, clip_masks, clipped_surrogate
 from .cispo import Cispo
 from .gmpo import Gmpo, geometric_ratio
+from .sapo import Sapo
+from .luspo import Luspo
+from .vespo import Vespo
 
 __all__ = ["ADV_EPS", "check_scale", "group_advantages", "aggregate", "subset_scale", "k1_kl", "k3_kl",
            "policy_loss", "ratio_diagnostics", "mismatch_correction", "mismatch_diagnostics", "mismatch_weights",
            "importance_ratio", "sequence_log_ratio", "token_log_ratio", "SURROGATES", "Surrogate", "per_token",
-           "register", "surrogate_of", "Clip", "clip_masks", "clipped_surrogate", "Cispo", "Gmpo", "geometric_ratio"]
+           "register", "surrogate_of", "Clip", "clip_masks", "clipped_surrogate", "Cispo", "Gmpo", "geometric_ratio",
+           "Sapo", "Luspo", "Vespo"]
 
 for _module in pkgutil.iter_modules(__path__):  # the built-ins above first, in that order; then any other module
     importlib.import_module(f"{__name__}.{_module.name}")

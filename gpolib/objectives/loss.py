@@ -1,6 +1,6 @@
-"""The composed policy loss: ratio level -> surrogate -> mismatch weight -> KL -> aggregation.
+"""The composed policy loss: ratio level -> surrogate -> selection -> mismatch weight -> KL -> aggregation.
 
-    J = aggregate( w * f(r, A) - beta * k3 );   loss = -J
+    J = aggregate( w * keep * f(r, A) - beta * k3 );   loss = -J
 Each step is one line of `policy_loss`, read off the `LossConfig`; the surrogate f is the config's object
 (`gpolib.objectives.surrogate`), which the loss calls and never names.
 Shapes: B responses, T completion positions; `mask` is 1 on real completion tokens.
@@ -14,6 +14,7 @@ from .aggregation import aggregate
 from .kl import k3_kl
 from .mismatch import mismatch_correction, mismatch_diagnostics
 from .ratios import importance_ratio, token_log_ratio
+from .selection import select
 from .surrogate import per_token
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 
 def policy_loss(logps: "torch.Tensor", old_logps: "torch.Tensor", advantages: "torch.Tensor", mask: "torch.Tensor",
                 cfg: "LossConfig", ref_logps: "torch.Tensor | None" = None,
-                engine_logps: "torch.Tensor | None" = None) -> tuple:
+                engine_logps: "torch.Tensor | None" = None, entropies: "torch.Tensor | None" = None) -> tuple:
     """Loss to minimise and its diagnostics; logps/old_logps/mask (B, T), advantages (B,) or (B, T).
 
     f is cfg.surrogate's per-token term (clip: min(r A, clip(r, 1-eps_low, 1+eps_high) A)) and w the detached
@@ -32,7 +33,9 @@ def policy_loss(logps: "torch.Tensor", old_logps: "torch.Tensor", advantages: "t
     its per-token loss the same way, before the KL term). engine_logps given without a correction: `mismatch/*`
     measured only (clipped_share: the tokens TIS at the cap would truncate). `info` maps metric names to additive
     `Mean`s over the masked tokens (`ratio_diagnostics`: the surrogate's own and the ratio's; with beta > 0 also
-    `kl/mean`, with engine log-probs `mismatch/*`).
+    `kl/mean`, with engine log-probs `mismatch/*`). keep: the selection steps (`objectives.selection`, off by
+    default): the top-rho entropy tokens (entropies (B, T) then required) and the off-policy sequence mask
+    (pi_sample: engine_logps if given, else old_logps), with their `select/*` shares.
     """
     mask = mask.to(logps.dtype)
     old_logps = old_logps.detach()
@@ -42,6 +45,10 @@ def policy_loss(logps: "torch.Tensor", old_logps: "torch.Tensor", advantages: "t
     # 2. f(r, A), e.g. min(r A, clip(r, 1 - eps_low, 1 + eps_high) A)
     per_tok = surrogate.terms(logps, old_logps, ratio, advantages, mask)  # (B, T)
     info = ratio_diagnostics(surrogate, ratio.detach(), logps.detach(), old_logps, advantages, mask)
+    # 2b. keep * f: the high-entropy tokens, the responses the off-policy mask keeps (both off by default)
+    sample_logps = old_logps if engine_logps is None else engine_logps.detach()
+    per_tok, selection_info = select(per_tok, cfg, logps, sample_logps, advantages, mask, entropies)  # (B, T)
+    info.update(selection_info)
     # 3. times w = sg(TIS / MIS weight of pi_old / pi_engine); measured wherever engine log-probs are given
     if cfg.mismatch_correction != "none":
         if engine_logps is None:
