@@ -5,7 +5,7 @@ under it, its criterion. The claims' text (paper, evidence keys, and the criteri
 rule) is the table `claims.yaml`; each claim's verdict, a function from an evidence dict to a
 `stats.Verdict` (or `(verdict, ours_text)` for the exact checks), sits beside its measurement in the
 notebook's module (`VERDICTS` of grpo.py, ratio_decay.py, dapo.py, gspo.py, gspo_moe.py, gfpo.py, dr_grpo.py,
-ppo_vapo.py, beyond.py, family2.py). The training claims are judged by the rules of evidence (`stats.py`), and their criterion is
+ppo_vapo.py, beyond.py, family_round2.py). The training claims are judged by the rules of evidence (`stats.py`), and their criterion is
 the text of that rule (`RULES` of the module), so the scoreboard prints what the code applies. A smoke
 run records "smoke: no verdict". `build(profile)` gathers the records into `claims.json` and `claims.md`.
 """
@@ -23,7 +23,7 @@ import yaml
 
 from .. import jsonio, paths
 from ..folders import write_text
-from . import beyond, dapo, dr_grpo, family2, gfpo, grpo, gspo, gspo_moe, history, ppo_vapo, ratio_decay, stats
+from . import beyond, dapo, dr_grpo, family_round2, gfpo, grpo, gspo, gspo_moe, history, ppo_vapo, ratio_decay, stats
 from .verdicts import INCONCLUSIVE, NOT, NOT_RUN, NOT_TESTED, PARTLY, REPRODUCED  # noqa: F401  (the words, re-exported)
 
 CLAIMS_FILE = Path(__file__).with_name("claims.yaml")
@@ -53,7 +53,7 @@ class Claim:
     """evidence -> stats.Verdict (or (verdict, ours_text)), from the notebook's module"""
 
 
-_MODULES = (grpo, ratio_decay, dapo, gspo, gspo_moe, gfpo, dr_grpo, ppo_vapo, beyond, family2)
+_MODULES = (grpo, ratio_decay, dapo, gspo, gspo_moe, gfpo, dr_grpo, ppo_vapo, beyond, family_round2)
 _WRITTEN = ("00_embedded_models", "01_grpo", "02_ratio_decay", "03_dapo", "04_gspo", "05_gfpo", "06_dr_grpo",
             "07_ppo_vapo", "08_gspo_moe", "09_beyond", "10_family_round2")
 """the notebooks that exist; a claim of another notebook is 'not yet run' until its module judges it"""
