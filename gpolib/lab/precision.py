@@ -3,7 +3,8 @@
 For a comparison whose 95% interval spans its line and is not equivalent, `equivalence.seeds_for_precision` gives the
 smallest n >= 3 with t(0.975, n-1) * sd / sqrt(n) <= delta / 2, sd the paired sd of the committed seeds. DESIGN asks
 that n be written into `notebooks/params/full.yaml` (section `precision`) in a commit before any added seed runs;
-`table` reads it from the committed claim records, `write` puts it there, and a test checks that the two agree.
+`table` reads it from the committed claim records, `write` adds the rows the section lacks (a count once committed
+is never rewritten), and a test checks that every inconclusive comparison has its row.
 
     python -m gpolib.lab.precision            # print the table
     python -m gpolib.lab.precision --write    # rewrite the `precision` section of notebooks/params/full.yaml
@@ -60,8 +61,22 @@ def render(rows: dict) -> str:
            f"committed seeds)\n{body}"
 
 
+def merged(committed: dict, rows: dict) -> dict:
+    """The committed section with the rows of `rows` it lacks (by claim and comparison) added: a count, once
+    committed, stays as it was written before its seeds ran (DESIGN: the verdict at that n is final)."""
+    out = {nb: list(v) for nb, v in (committed or {}).items()}
+    for nb, new in rows.items():
+        have = {(r["claim"], r["comparison"]) for r in out.get(nb, [])}
+        out.setdefault(nb, []).extend(r for r in new if (r["claim"], r["comparison"]) not in have)
+    return dict(sorted(out.items()))
+
+
 def write(params: Path, rows: dict) -> bool:
-    """Replace (or append) the generated section of `params`; True if the file changed."""
+    """Replace (or append) the generated section of `params` by the committed rows merged with `rows` (`merged`);
+    True if the file changed."""
+    from ..workbook.workbook import load_params_file
+
+    rows = merged(load_params_file(params).get(SECTION), rows)
     text = params.read_text()
     head = text.split(MARK)[0].rstrip("\n") + "\n\n"
     new = head + render(rows)
