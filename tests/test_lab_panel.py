@@ -104,3 +104,6 @@ def test_batch_evidence_reads_the_panel_runs(tmp_path):
     (tmp_path / "grpo-seed1-def" / "metrics.jsonl").write_text("")
     with pytest.raises(FileNotFoundError, match="expected one grpo-seed1-"):
         panel.batch_evidence(tmp_path)
+    table = panel.read_table(tmp_path).assign(folder=["grpo-seed0-abc", "grpo-seed1-abc"])
+    panel.write_table(table, tmp_path)  # a table naming its runs' folders reads those, whatever else is there
+    assert panel.batch_evidence(tmp_path)["all_correct_last"] == pytest.approx([0.085, 0.185])

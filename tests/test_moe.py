@@ -304,7 +304,7 @@ def test_loop_replays_the_recorded_experts_of_each_row(tiny_cfg, monkeypatch):
         return out
     monkeypatch.setattr(moe, "routing_pass", routing)
     monkeypatch.setattr(upd, "policy_loss",
-                        lambda lp, old, adv, *a: events.append(("loss", adv)) or real_loss(lp, old, adv, *a))
+                        lambda lp, old, adv, *a, **k: events.append(("loss", adv)) or real_loss(lp, old, adv, *a, **k))
     hooks = [b.experts.register_forward_pre_hook(lambda m, args: events.append(("ids", args[1].clone())))
              for b in tr.model.modules() if "gate" in b._modules and "experts" in b._modules]
     try:

@@ -133,12 +133,12 @@ def run_counts(cfg, run_dir: Path, prompts: int, base: dict) -> dict:
 
 
 def evaluate(cfgs: dict, dirs: dict, prompts: int = PROMPTS) -> pd.DataFrame:
-    """Rows (run, seed, step, all_correct, all_wrong, acc, predicted) of every finished run ("<arm>/seed<s>") at
-    its `steps_of`, on a panel of `prompts` training prompts."""
+    """Rows (run, seed, step, all_correct, all_wrong, acc, predicted, folder) of every finished run ("<arm>/seed<s>")
+    at its `steps_of`, on a panel of `prompts` training prompts (folder: the run's folder name)."""
     base, rows = {}, []
     for name, cfg in cfgs.items():
         for s, c in run_counts(cfg, dirs[name], prompts, base).items():
-            rows.append({"run": name, "seed": cfg.seed, "step": s, **shares(c)})
+            rows.append({"run": name, "seed": cfg.seed, "step": s, **shares(c), "folder": Path(dirs[name]).name})
     return pd.DataFrame(rows)
 
 
@@ -207,15 +207,18 @@ BATCH_FRAC = 0.2
 
 def batch_evidence(notebook_dir: Path, arm: str = "grpo", frac: float = BATCH_FRAC) -> dict:
     """D2's training-batch all-correct share from the runs the criterion names: the runs of the panel table in
-    `notebook_dir` (notebook 01's GRPO runs, one folder `<arm>-seed<s>-<key>` per seed of the table). Per seed the
+    `notebook_dir` (notebook 01's GRPO runs: the table's `folder`, or in a table without it the one folder
+    `<arm>-seed<s>-<key>` of each seed). Per seed the
     mean over the first and last `frac` of steps, and the run folders (D2's runs list); {} without a panel table
     (D2 is then not yet run)."""
     table = read_table(notebook_dir)
     if table is None:
         return {}
     first, last, folders = [], [], []
+    named = table.groupby("seed")["folder"].first().to_dict() if "folder" in table else {}
     for s in sorted(table["seed"].unique()):
-        found = sorted(Path(notebook_dir).glob(f"{arm}-seed{s}-*/metrics.jsonl"))
+        found = ([Path(notebook_dir) / named[s] / "metrics.jsonl"] if s in named
+                 else sorted(Path(notebook_dir).glob(f"{arm}-seed{s}-*/metrics.jsonl")))
         if len(found) != 1:
             raise FileNotFoundError(f"{notebook_dir}: expected one {arm}-seed{s}-* run with metrics.jsonl, "
                                     f"found {len(found)}")
