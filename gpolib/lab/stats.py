@@ -24,7 +24,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
-from .equivalence import DELTA, MEASURES, Null, classify_null, delta_for, seeds_for_precision  # noqa: F401
+from .equivalence import (DELTA, ENTROPY_FRACTION, MEASURES, Null, classify_null, delta_for,  # noqa: F401
+                          seeds_for_precision)
 from .intervals import LEVEL, Fit, Interval, finite, fit_line, mean_interval, paired, t_quantile  # noqa: F401
 from .verdicts import (INCONCLUSIVE, NOT, NOT_RUN, NOT_TESTED, PARTLY, REPRODUCED, SMOKE, TOL, WORDS,  # noqa: F401
                        Verdict, _f, describe, seed_mean)
@@ -169,13 +170,13 @@ class NotWorse:
 
 
 def _delta_text(rule) -> str:
+    """A comparison's delta as its criterion writes it (entropy's: a share of the base model's entropy)."""
+    share = f"{ENTROPY_FRACTION:.0%} of the base model's"
     if rule.delta is not None:
-        return format(rule.delta, rule.fmt.lstrip("+")) + (" (10% of the base model's entropy)"
-                                                           if rule.measure == "entropy" else "")
+        return format(rule.delta, rule.fmt.lstrip("+")) + (f" ({share} entropy)" if rule.measure == "entropy" else "")
     if rule.measure == "entropy":
-        return "delta (10% of the base model's mean per-token entropy on held-out prompts)"
-    return format(delta_for(rule.measure), rule.fmt.lstrip("+").replace("%", "f") if "%" not in rule.fmt
-                  else rule.fmt.lstrip("+"))
+        return f"delta ({share} mean per-token entropy on held-out prompts)"
+    return format(delta_for(rule.measure), rule.fmt.lstrip("+"))
 
 
 @dataclass(frozen=True)
