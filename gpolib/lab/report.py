@@ -194,11 +194,15 @@ def headline(rec: dict) -> str:
     """Our headline number, short: the first judged mean (or slope) with its interval, number first
     ('+0.107 [+0.091, +0.123] held-out accuracy (T = 1), GRPO - base'), the numbers as the part's text writes
     them (so in the measure's unit: ELR in percent) or, where the text does not, to two digits of the interval's
-    width; else the first part's text with its per-seed numbers first; else the record's `ours` ('' for a claim
-    not yet run)."""
+    width; else the first part's text with its per-seed numbers first; else the record's `ours`. A check's
+    number is never the headline, and a claim not yet run has none ('')."""
+    if rec.get("verdict") == NOT_RUN:  # a not-yet-run claim's numbers are checks or reported beside: no headline
+        return ""
     parts = judged_parts({**(rec.get("judgement") or {}), "text": str(rec.get("ours", ""))})
     for p in parts:
         centre = p.get("mean", p.get("slope"))
+        if p.get("role") == "check":  # a check's number is printed, never a headline
+            continue
         if centre is not None and p.get("interval") and None not in p["interval"]:
             what = p["text"].split(": mean ")[0].split(": ")[0]
             written = _AS_WRITTEN.search(p["text"])
