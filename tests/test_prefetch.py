@@ -88,9 +88,9 @@ def test_long_runs_queue_first_and_equal_ones_seed_major():
     cost, seed-major."""
     jobs = _jobs("07")
     todo = prefetch.pending([jobs["07"]])
-    assert [label.split()[1] for label, _, _ in todo] == [
-        "vapo/seed0", "vapo/seed1", "vapo/seed2",
-        "grpo/seed0", "dapo/seed0", "grpo/seed1", "dapo/seed1", "grpo/seed2", "dapo/seed2"]
+    seeds = range(jobs["07"].params["SEEDS"])  # 7 (V2's precision rule)
+    assert [label.split()[1] for label, _, _ in todo] == (
+        [f"vapo/seed{s}" for s in seeds] + [f"{a}/seed{s}" for s in seeds for a in ("grpo", "dapo")])
     costs = [prefetch.run_cost(c) for _, c, _ in todo]
     assert costs == sorted(costs, reverse=True) and costs[0] > 1.5 * costs[-1]
 
