@@ -41,6 +41,15 @@ def clipped_surrogate(ratio: "torch.Tensor", advantages: "torch.Tensor", eps_low
     return surr1.minimum(surr2)
 
 
+def check_clip_range(eps_low: float, eps_high: float) -> None:
+    """A ratio clip range [1 - eps_low, 1 + eps_high]: both >= 0 and 1 - eps_low positive (else ValueError naming
+    the field)."""
+    positive("eps_low", eps_low, 0, strict=False)
+    positive("eps_high", eps_high, 0, strict=False)
+    if eps_low >= 1:
+        fail("eps_low", eps_low, "0 <= eps_low < 1 (1 - eps_low must stay positive)")
+
+
 def clip_masks(ratio: "torch.Tensor", advantages: "torch.Tensor", eps_low: float, eps_high: float) -> tuple:
     """Where the clip is active: low (r < 1 - eps_low and A < 0), high (r > 1 + eps_high and A > 0). (B, T) each."""
     adv = per_token(advantages)  # (B, 1) or (B, T)
@@ -70,10 +79,7 @@ class Clip(Surrogate):
     """epsilon_high: the ratio is clipped above at 1 + eps_high (DAPO Clip-Higher: 0.28)"""
 
     def check(self) -> None:
-        positive("eps_low", self.eps_low, 0, strict=False)
-        positive("eps_high", self.eps_high, 0, strict=False)
-        if self.eps_low >= 1:
-            fail("eps_low", self.eps_low, "0 <= eps_low < 1 (1 - eps_low must stay positive)")
+        check_clip_range(self.eps_low, self.eps_high)
 
     def terms(self, logps, old_logps, ratio, advantages, mask):
         return clipped_surrogate(ratio, advantages, self.eps_low, self.eps_high)

@@ -15,8 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..validation import fail, positive
-from .clip import CLIP_METRICS, clip_diagnostics, clipped_surrogate
+from .clip import CLIP_METRICS, check_clip_range, clip_diagnostics, clipped_surrogate
 from .surrogate import Surrogate, register
 
 
@@ -36,10 +35,7 @@ class Luspo(Surrogate):
     """the sequence ratio is clipped above at 1 + eps_high (GSPO Sec. 5.1: 4e-4)"""
 
     def check(self) -> None:
-        positive("eps_low", self.eps_low, 0, strict=False)
-        positive("eps_high", self.eps_high, 0, strict=False)
-        if self.eps_low >= 1:
-            fail("eps_low", self.eps_low, "0 <= eps_low < 1 (1 - eps_low must stay positive)")
+        check_clip_range(self.eps_low, self.eps_high)
 
     def terms(self, logps, old_logps, ratio, advantages, mask):
         lengths = mask.sum(dim=1, keepdim=True)  # (B, 1) |o_i|
