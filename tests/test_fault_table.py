@@ -706,6 +706,31 @@ def test_prefetch_workers_die_with_a_killed_prefetch(guard, tmp_path):
     assert alive == []
 
 
+PREFETCH_CLOSE = """
+import multiprocessing as mp
+from gpolib.workbook.prefetch import _die_with_parent
+if __name__ == "__main__":
+    for _ in range(6):
+        with mp.get_context("spawn").Pool(2, initializer=_die_with_parent, maxtasksperchild=1) as pool:
+            assert sorted(pool.imap_unordered(abs, range(-6, 0))) == [1, 2, 3, 4, 5, 6]
+            pool.close()
+            pool.join()
+    print("joined")
+"""
+
+
+def test_prefetch_pool_joins_after_its_last_run(tmp_path):
+    """Six pools of one-task workers close and join: with the worker's death tied to the pool's forking thread
+    (`prctl(PR_SET_PDEATHSIG)`), a replacement worker died at `close` and `join` hung in about 2 of 5 pools."""
+    import subprocess
+    import sys
+    script = tmp_path / "close.py"
+    script.write_text(PREFETCH_CLOSE)
+    out = subprocess.run([sys.executable, str(script)], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0 and out.stdout.strip() == "joined", out.stderr[-2000:]
+
+
 def _state(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][:1]

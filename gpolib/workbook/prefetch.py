@@ -103,20 +103,25 @@ def pending(jobs: list) -> list:
     return sorted(out, key=lambda item: (-run_cost(item[1]) * model_layers(item[1].model), item[1].seed))
 
 
-def _die_with_parent() -> None:
-    """Pool initializer: the worker is killed when the prefetch process dies (Linux `prctl(PR_SET_PDEATHSIG)`), so
-    a killed prefetch leaves no worker training on (and holding its run's lock); its run resumes next time from
-    its last checkpoint. Elsewhere a no-op: the workers then finish their current run."""
-    import ctypes
-    import os
-    import signal
-    import sys
+def _die_with_parent(poll_s: float = 0.5) -> None:
+    """Pool initializer: the worker exits when the prefetch process dies, so a killed prefetch leaves no worker
+    training on (and holding its run's lock); its run resumes next time from its last checkpoint.
 
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
-        if os.getppid() == 1:  # the parent died before the call: nothing would signal us
-            os._exit(1)
+    A daemon thread polls the parent's pid every `poll_s` seconds and ends the process when the worker has been
+    handed to another parent. Linux's `prctl(PR_SET_PDEATHSIG)` fires when the *thread* that forked the worker
+    ends, and the pool forks replacement workers (`maxtasksperchild=1`) from its handler thread, which ends at
+    `close`: a worker then died while the pool still waited on it, and `join` hung after the last run."""
+    import os
+    import threading
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
 
 
 def _train_one(item: tuple) -> tuple:
