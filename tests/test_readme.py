@@ -19,8 +19,16 @@ def test_generated_blocks_are_current():
         text = (ROOT / name).read_text(encoding="utf-8")
         for b, make in blocks.items():
             assert block(text, b) == make(ROOT), f"{name}'s {b}: python -m gpolib.workbook.readme --write"
-    assert set(readme.BLOCKS) == {"README.md", "docs/claims.md", "docs/layout.md", "docs/performance.md"}
+    assert set(readme.BLOCKS) == {"README.md", "docs/api.md", "docs/claims.md", "docs/layout.md", "docs/performance.md"}
     assert readme.main([]) == 0
+
+
+def test_the_axes_table_names_every_preset_once():
+    """docs/api.md's axes table: one row per preset of the library plus RLOO, named as the docs name them."""
+    from gpolib import presets
+    rows = [line.split(" | ")[0][2:] for line in readme.axes_block(ROOT).splitlines()[2:]]
+    assert rows == [readme.OBJECTIVE_NAMES[p] for p in presets.PRESETS] + ["RLOO"]
+    assert "| SAPO | token | all G = 8 | sigmoid gate of the token ratio, tau 1/1.05 |" in readme.axes_block(ROOT)
 
 
 def test_a_stale_block_is_named_and_rewritten(tmp_path, capsys):

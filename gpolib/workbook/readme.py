@@ -168,9 +168,29 @@ def step_block(root: Path) -> str:
     return "\n".join(lines)
 
 
+OBJECTIVE_NAMES = {"grpo": "GRPO", "dapo": "DAPO", "gspo": "GSPO", "gfpo": "GFPO", "dr_grpo": "Dr. GRPO", "ppo": "PPO",
+                   "vapo": "VAPO", "cispo": "CISPO", "gmpo": "GMPO", "sapo": "SAPO", "luspo": "LUSPO", "vespo": "VESPO",
+                   "grpo_top_entropy": "GRPO, top-20% entropy tokens", "rloo": "RLOO"}
+"""preset name -> how the docs name it (a preset not here is shown by its name)"""
+
+
+def axes_block(root: Path) -> str:
+    """Every preset on the three axes (`gpolib.lab.beyond.axes_table`, read from the presets), for docs/api.md."""
+    from ..lab.beyond import axes_table
+
+    lines = ["| objective | ratio | samples trained | clip | aggregation | advantage | notebook |",
+             "|---|---|---|---|---|---|---|"]
+    for name, row in axes_table().iterrows():
+        cells = [OBJECTIVE_NAMES.get(name, name), row["granularity"], row["sampling"], row["clipping"],
+                 row["aggregation"], row["advantage"], row["notebook"]]
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return "\n".join(lines)
+
+
 BLOCKS = {"README.md": {"phenomena": phenomena_block},
           "docs/claims.md": {"scoreboard": scoreboard_block},
           "docs/layout.md": {"layout": layout_block},
+          "docs/api.md": {"axes": axes_block},
           "docs/performance.md": {"rl-step": step_block,
                                   "notebook-times": lambda root: times_block(jsonio.read(root / TIMES))}}
 """file (relative to the repository root) -> block name -> the function of the tree that writes it"""
