@@ -4,7 +4,9 @@ After mu >= 2 updates on one batch, the product of token ratios of a response dr
 while the sequence ratio s_i (a geometric mean) does not:
 - per-response ratios of the updated policy to pi_old, `ratio_step`, `ratio_records` (`cached_records`: once per config);
 - equal-count length buckets, `bucket_stats`; extreme product ratios, `extreme_share`;
-- S1: `within_evidence` (V(L) per seed, `ratio_prefix`), `s1_evidence` (the buckets, secondary), `verdict_s1`.
+- S1: `within_evidence` (V(L) per seed, `ratio_prefix`), `s1_evidence` (the buckets, secondary), `verdict_s1`;
+  since DESIGN 2026-12-06 judged on the mu x lr grid's long-response panel (`ratio_panel` records it, `ratio_grid`
+  measures it), V(L) on the RL batch kept as checks.
 """
 from __future__ import annotations
 
@@ -45,15 +47,19 @@ def ratio_step(trainer, step: int) -> tuple[pd.DataFrame, list]:
 
     Steps: 1. collect and score a batch (`Trainer.collect`, seeded by the step as in training);
     2. pi_old: the policy's log-probs before the update; 3. the mu minibatch updates (`Trainer.update`);
-    4. log pi_theta of the whole batch after them; 5. log prod_t rho_t and log s_i (GSPO Eq. 7), and each
-    response's token log ratios log rho_t in order (S1 within responses, `ratio_prefix`).
-    Returns (one row per response: step, prompt (its group in the step), length, log prod rho, log s_i, advantage;
-    the per-token log ratios of each row, a list of (|o_i|,) arrays).
+    4. log pi_theta of the whole batch after them; 5. `batch_ratios`.
     """
     batch = trainer.collect(step)
     old = trainer.policy_logps(batch.rollout)  # (B, T)
     trainer.update(batch, step)
-    new = trainer.policy_logps(batch.rollout)  # (B, T)
+    return batch_ratios(trainer, batch, old, trainer.policy_logps(batch.rollout), step)
+
+
+def batch_ratios(trainer, batch, old, new, step: int) -> tuple[pd.DataFrame, list]:
+    """log prod_t rho_t and log s_i (GSPO Eq. 7) of each response of `batch` from log pi_old `old` and log pi_theta
+    `new` (B, T), and each response's token log ratios log rho_t in order (S1 within responses, `ratio_prefix`).
+    Returns (one row per response: step, prompt (its group in the step), length, log prod rho, log s_i, advantage;
+    the per-token log ratios of each row, a list of (|o_i|,) arrays)."""
     mask = batch.rollout.completion_mask.float()  # (B, T)
     log_rho = (new - old) * mask  # (B, T)
     tokens = [row[m > 0].numpy() for row, m in zip(log_rho, mask)]
@@ -66,20 +72,25 @@ def ratio_step(trainer, step: int) -> tuple[pd.DataFrame, list]:
     return df, tokens
 
 
+def token_arrays(df: pd.DataFrame, tokens: list) -> dict:
+    """`ratio_prefix.save_tokens`' arrays (flat log ratios with offsets; step, prompt, advantage per response) of
+    the rows of `df` and their per-token arrays `tokens`."""
+    lengths = [len(t) for t in tokens]
+    return {"log_rho": np.concatenate(tokens) if tokens else np.zeros(0, np.float32),
+            "offsets": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64), "step": df["step"].to_numpy(),
+            "prompt": df["prompt"].to_numpy(), "advantage": df["advantage"].to_numpy()}
+
+
 def ratio_records(trainer, steps: int, start: int = 0) -> tuple[pd.DataFrame, dict]:
     """`ratio_step` for steps start..start+steps-1 (training continues across them): the per-response table and
-    the per-token arrays in `ratio_prefix`'s layout (flat log ratios with offsets)."""
+    the per-token arrays in `ratio_prefix`'s layout (flat log ratios with offsets, `token_arrays`, and `length`)."""
     frames, tokens = [], []
     for s in range(start, start + steps):
         df, tok = ratio_step(trainer, s)
         frames.append(df)
         tokens += tok
     df = pd.concat(frames, ignore_index=True)
-    lengths = [len(t) for t in tokens]
-    tok = {"log_rho": np.concatenate(tokens) if tokens else np.zeros(0, np.float32),
-           "offsets": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64), "step": df["step"].to_numpy(),
-           "prompt": df["prompt"].to_numpy(), "advantage": df["advantage"].to_numpy(), "length": np.asarray(lengths)}
-    return df, tok
+    return df, {**token_arrays(df, tokens), "length": np.asarray([len(t) for t in tokens])}
 
 
 def records_problem(run_dir, steps: int) -> str | None:
@@ -230,7 +241,31 @@ def verdict_s1(e: dict) -> stats.Verdict:
                              f"{0.99 ** 200:.3f}; {_beside(e)}; {confound}", S1_RULE.criterion, parts=tuple(checks),
                              roles=("check",) * len(checks))
     v = S1_RULE.judge([S1_REGIME.judge(e["regime_share"])], checks=checks)
-    return v.with_note(f"analytic 0.99^200 = {0.99 ** 200:.3f}; {_beside(e)}; {confound}")
+    return v.with_note(f"{_grid_text(e)}; analytic 0.99^200 = {0.99 ** 200:.3f}; checks on the RL batch of the "
+                       f"mu = 4, lr x 1 cell: {_beside(e)}; {confound}")
+
+
+def _grid_text(e: dict) -> str:
+    """Where the judged share was measured (the panel, DESIGN) and the curve over mu reported beside it."""
+    p, cell = e["panel"], e.get("regime_cell")
+    where = f" (mu = {cell[0]}, lr x {cell[1]:g})" if cell else " (every cell collapsed)"
+    slopes = "; ".join(f"lr x {x}: {f['slope']:.2f}" + (f" [{f['lo']:.2f}, {f['hi']:.2f}]" if f.get("lo") is not None
+                                                         else "") + f" over {f['n']} seeds"
+                       for x, f in e["mu_slope"].items())
+    lstar = ", ".join(f"mu {c['mu']} lr x {c['lr x']:g}: {c['L*']:.0f}" for c in e["cells"])
+    collapsed = [f"mu {c['mu']} lr x {c['lr x']:g}" for c in e["cells"] if c["collapsed"]]
+    vs_card = [f"mu {c['mu']} lr x {c['lr x']:g}" for c in e["cells"] if c.get("collapsed vs card")]
+    return (f"measured on the long-response panel, not on the RL batch: {p['prompts']} fixed {p['n_ops']}-operator "
+            f"chains x {p['samples']} responses sampled from pi_old at every step (budget {p['budget']} tokens; "
+            f"training on the RL split), scored under the policy after the step's mu updates; largest share outside "
+            f"[0.5, 2] at L = 200{where}; slope of log V' on log mu (reported, not judged) {slopes}; L* (tokens at "
+            f"which the sd of the log product reaches log 2) {lstar}; collapsed cells: "
+            f"{', '.join(collapsed) if collapsed else 'none'} (seed-mean training reward below its step-0 value, the "
+            f"base's, for >= 5 consecutive steps; against the base card's accuracy instead: "
+            f"{', '.join(vs_card) if vs_card else 'none'})")
 
 
 VERDICTS = {"S1": verdict_s1}
+
+
+from .ratio_panel import prefetch_runs, prefetch_train  # noqa: E402,F401  (the prefetch hooks of notebook 02's grid)
