@@ -152,3 +152,33 @@ def test_update_hook_sees_each_optimiser_step(tiny_cfg):
         assert seen == []
     else:
         assert seen == [(1, 1), (2, 2), (3, 3)]
+
+
+def test_prefetch_trains_a_grid_run_through_the_notebook_hook(tmp_path):
+    """`gpolib.workbook.prefetch`'s worker trains a notebook-02 run with `ratio_decay.prefetch_train` (the folder's
+    notebook has the hook) and leaves a complete folder of the notebook's panel behind."""
+    from gpolib.workbook import prefetch
+
+    params = dict(PROFILE="smoke", MODEL="data/models/tiny-qwen3", DEVICE="cpu", DTYPE="float32", STEPS=1,
+                  PROMPTS_PER_STEP=2, GROUP=4, SEEDS=1, MUS=[2], LR_SCALES=[3], PANEL_PROMPTS=2, PANEL_SAMPLES=2,
+                  PANEL_OPS=6, PANEL_BUDGET=24, N_BUCKETS=4)
+    cfgs, dirs, spec = ratio_panel.notebook_plan(params)
+    assert list(cfgs) == ["grpo-mu2-lr3x/seed0"] and cfgs["grpo-mu2-lr3x/seed0"].lr == pytest.approx(9e-4)
+    assert ratio_panel.cell_of(cfgs["grpo-mu2-lr3x/seed0"]) == (2, 3.0)
+    folder = tmp_path / "02_ratio_decay" / "run"
+    label, secs, why = prefetch._train_one(("02 grpo-mu2-lr3x/seed0", cfgs["grpo-mu2-lr3x/seed0"], folder, params))
+    assert why is None and (folder / "summary.json").exists()
+    assert ratio_panel.panel_problem(folder, 1, 2, spec) is None
+
+
+def test_cell_interval_averages_the_seeds_resampled_slopes():
+    """Seed 0's resampled slopes 1e-3 and 3e-3, seed 1's 3e-3 and 5e-3: resample by resample the cell's are 2e-3
+    and 4e-3, so its L* interval is (log 2)^2 / 4e-3 .. (log 2)^2 / 2e-3 (percentiles of two values: their ends)."""
+    measures = {(4, 1, 0): {"V'": 2e-3, "V' boots": np.array([1e-3, 3e-3]), "out@200": 0.1},
+                (4, 1, 1): {"V'": 4e-3, "V' boots": np.array([3e-3, 5e-3]), "out@200": 0.2}}
+    cells = ratio_grid.cell_table(measures, {(4, 1, 0): [0.5] * 6, (4, 1, 1): [0.5] * 6})
+    q = math.log(2) ** 2
+    lo_slope, hi_slope = np.percentile([2e-3, 4e-3], [2.5, 97.5])
+    assert cells.loc[0, "L*"] == pytest.approx(q / 3e-3)
+    assert (cells.loc[0, "L* lo"], cells.loc[0, "L* hi"]) == (pytest.approx(q / hi_slope), pytest.approx(q / lo_slope))
+    assert cells.loc[0, "out@200"] == pytest.approx(0.15)

@@ -35,7 +35,8 @@ def panel_base(records: dict) -> dict:
 
 
 def grid_figure(cells: pd.DataFrame, regime_at: float = 0.10):
-    """Two panels: L* (tokens at which the sd of the log product reaches log 2) against mu per lr scale, the seed's
+    """Two panels: L* (tokens at which the sd of the log product reaches log 2; bars: the cell's 95% bootstrap
+    interval over prompts) against mu per lr scale, the seed's
     200 tokens and 0.99^L's exit from [0.5, 2] (L = 69) as horizontal lines; the share outside [0.5, 2] at L = 200
     against mu per lr scale with the regime's `regime_at` line. Returns the figure."""
     import matplotlib.pyplot as plt
@@ -43,11 +44,14 @@ def grid_figure(cells: pd.DataFrame, regime_at: float = 0.10):
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
     for x, g in cells.groupby("lr x"):
         g = g.sort_values("mu")
-        left.plot(g["mu"], g["L*"].replace(np.inf, np.nan), "o-", label=f"lr x {x:g}")
+        mid = g["L*"].replace(np.inf, np.nan)
+        band = np.vstack([mid - g["L* lo"], g["L* hi"].replace(np.inf, np.nan) - mid])  # (2, cells): 95% interval
+        left.errorbar(g["mu"], mid, yerr=np.clip(np.nan_to_num(band), 0, None), fmt="o-", capsize=3,
+                      label=f"lr x {x:g}")
         right.plot(g["mu"], g["out@200"], "o-", label=f"lr x {x:g}")
-        dead = g[g["collapsed"]]
-        right.plot(dead["mu"], dead["out@200"], "x", color="k", ms=9, label="collapsed" if x == cells["lr x"].min()
-                   else None)
+    dead = cells[cells["collapsed"]]
+    if len(dead):
+        right.plot(dead["mu"], dead["out@200"], "x", color="k", ms=9, label="collapsed cell")
     left.axhline(REACH, color="0.3", ls="--", lw=1, label=f"the seed's {REACH} tokens")
     left.axhline(ratio_prefix.compounding_length(0.99), color="0.3", ls=":", lw=1,
                  label=f"0.99^L leaves [0.5, 2] (L = {ratio_prefix.compounding_length(0.99)})")
@@ -58,5 +62,6 @@ def grid_figure(cells: pd.DataFrame, regime_at: float = 0.10):
               ylabel=f"share outside [0.5, 2] at L = {REACH}")
     for ax in (left, right):
         ax.set_xticks(sorted(cells["mu"].unique()), [str(m) for m in sorted(cells["mu"].unique())])
+        ax.set_xticks([], minor=True)
         ax.legend(fontsize=7)
     return fig

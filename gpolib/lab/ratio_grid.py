@@ -108,7 +108,8 @@ def run_measures(rec: dict, mu: int, n_boot: int = ratio_prefix.N_BOOT) -> dict:
     drift, batch = drift_by_sign(pan), drift_by_sign(rec["tokens"])
     out = {f"out@{L}": share for L, (share, _) in leave.items()}
     out.update({f"n@{L}": n for L, (_, n) in leave.items()})
-    out.update({"V'": fit["slope"], "L*": ratio_prefix.band_length(fit["slope"]), "L* lo": lo, "L* hi": hi,
+    out.update({"V'": fit["slope"], "V' boots": fit["boots"], "L*": ratio_prefix.band_length(fit["slope"]),
+                "L* lo": lo, "L* hi": hi,
                 "V(200)": fit["V"][-1], "geo sd": geo_spread(pan), "panel drift": drift["A=0"][0],
                 "panel drift A>0": drift["A>0"][0], "panel drift A<0": drift["A<0"][0],
                 "batch drift A>0": batch["A>0"][0], "batch drift A<0": batch["A<0"][0],
@@ -124,7 +125,8 @@ def per_update(rec: dict) -> pd.DataFrame:
 
 
 def cell_table(measures: dict, rewards: dict, card: float | None = None) -> pd.DataFrame:
-    """One row per cell (mu, lr scale): seed means of `run_measures`, the seeds, and whether the cell collapses:
+    """One row per cell (mu, lr scale): seed means of `run_measures` (L* from the mean V', its interval from the
+    seeds' resampled slopes averaged resample by resample, `band_interval`), the seeds, and whether the cell collapses:
     its seed-mean training reward below the base's for >= COLLAPSE_STEPS consecutive steps (`collapsed`), the base's
     training reward being the seed mean of the runs' step-0 rewards (step 0 samples the base policy; the same batch
     in every cell of a seed). With `card` (the base card's accuracy), the collapse against it is reported beside.
@@ -132,10 +134,13 @@ def cell_table(measures: dict, rewards: dict, card: float | None = None) -> pd.D
     rows = []
     for mu, x in dict.fromkeys((mu, x) for mu, x, _ in measures):
         seeds = [s for m, y, s in measures if (m, y) == (mu, x)]
-        vals = pd.DataFrame([measures[(mu, x, s)] for s in seeds])
+        vals = pd.DataFrame([{k: v for k, v in measures[(mu, x, s)].items() if k != "V' boots"} for s in seeds])
+        boots = [measures[(mu, x, s)].get("V' boots") for s in seeds]
+        lo, hi = band_interval(np.mean(boots, axis=0)) if all(b is not None for b in boots) else (math.nan, math.nan)
         curve = np.mean([rewards[(mu, x, s)] for s in seeds], axis=0)  # (steps,)
         row = {"mu": mu, "lr x": x, "seeds": len(seeds), **vals.mean().to_dict(),
-               "L*": ratio_prefix.band_length(vals["V'"].mean()), "base reward": float(curve[0]),
+               "L*": ratio_prefix.band_length(vals["V'"].mean()), "L* lo": lo, "L* hi": hi,
+               "base reward": float(curve[0]),
                "reward": float(curve.mean()), "collapsed": collapsed(curve, curve[0]),
                "seeds collapsed": sum(collapsed(rewards[(mu, x, s)], rewards[(mu, x, s)][0]) for s in seeds)}
         if card is not None:
@@ -184,7 +189,8 @@ def regime_begins(cells: pd.DataFrame, at_least: float = 0.10) -> str:
             + " and at ".join(parts) + ".")
 
 
-CELL_COLUMNS = ["mu", "lr x", "seeds", "out@50", "out@100", "out@200", "n@200", "V'", "L*", "geo sd", "panel drift",
+CELL_COLUMNS = ["mu", "lr x", "seeds", "out@50", "out@100", "out@200", "n@200", "V'", "L*", "L* lo", "L* hi", "geo sd",
+                "panel drift",
                 "batch drift A>0", "batch drift A<0", "clip", "base reward", "reward", "collapsed", "seeds collapsed"]
 """the cell numbers S1's record keeps (evidence "cells")"""
 
