@@ -182,3 +182,13 @@ def test_cell_interval_averages_the_seeds_resampled_slopes():
     assert cells.loc[0, "L*"] == pytest.approx(q / 3e-3)
     assert (cells.loc[0, "L* lo"], cells.loc[0, "L* hi"]) == (pytest.approx(q / hi_slope), pytest.approx(q / lo_slope))
     assert cells.loc[0, "out@200"] == pytest.approx(0.15)
+
+
+def test_ratio_difference_with_an_earlier_run(tmp_path):
+    df = pd.DataFrame({"step": [0, 0], "prompt": [0, 1], "length": [3, 4], "log_prod_rho": [0.1, -0.2],
+                       "log_s": [0.03, -0.05], "advantage": [1.0, -1.0]})
+    assert ratio_panel.ratio_difference(tmp_path / "none", df) is None
+    df.assign(log_prod_rho=[0.1, -0.25]).to_csv(tmp_path / "ratios.csv", index=False)
+    assert ratio_panel.ratio_difference(tmp_path, df) == pytest.approx(0.05)
+    df.assign(length=[3, 5]).to_csv(tmp_path / "ratios.csv", index=False)
+    assert ratio_panel.ratio_difference(tmp_path, df) == math.inf  # other responses

@@ -5,7 +5,7 @@ gets right (benchmarks/panel_lengths.py: 0% correct from 8 operators on), so the
 update. DESIGN's S1 therefore trains on the RL split as before and measures the ratios on a fixed panel:
 - the panel: `PanelSpec.prompts` chains of `n_ops` operators built in code from `seed` (`panel_tasks`; never a
   validation or held-out prompt), `samples` responses each, sampled at every step from pi_old (the policy before
-  the step's updates) at T = 1 with a budget of `budget` tokens, under a seed of their own (training's draws are
+  the step's updates) at the run's temperature (T = 1) with a budget of `budget` tokens, under a seed of their own (training's draws are
   untouched, `sample_panel`);
 - per step (`panel_step`): the RL batch's log ratios after the mu updates (as `ratio_decay.ratio_step`), and the
   panel responses' per-token log ratios log pi_theta - log pi_old under the policy after update k, for the k in
@@ -89,13 +89,13 @@ def saved_updates(mu: int) -> list:
 
 
 def sample_panel(trainer, panel: list, spec: PanelSpec, step: int):
-    """The step's panel responses from the current policy (pi_old) at T = 1, top-p 1, `spec.budget` tokens, under
-    their own seed (torch's generator is restored after: training draws what it draws without a panel); returns
-    (rollout, correct (B,), advantage (B,): the group's normalised reward, `group_advantages`)."""
+    """The step's panel responses from the current policy (pi_old) at the run's temperature (the policy's own
+    distribution: T = 1 in the grid), top-p 1, `spec.budget` tokens, under their own seed (torch's generator is
+    restored after: training draws what it draws without a panel); returns (rollout, correct (B,), advantage (B,):
+    the group's normalised reward, `group_advantages`)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(SAMPLE_SEED * 1_000_003 + trainer.cfg.seed * 1009 + step)
-        ro = trainer.rollout(panel, spec.samples, temperature=1.0, top_p=1.0, held_out=True,
-                             max_new_tokens=spec.budget)
+        ro = trainer.rollout(panel, spec.samples, top_p=1.0, held_out=True, max_new_tokens=spec.budget)
     correct, reward = trainer.score(ro, panel)  # (B,) each
     return ro, correct, group_advantages(reward.float(), spec.samples)
 
@@ -273,3 +273,16 @@ def cell_of(cfg) -> tuple:
     from .. import presets
 
     return cfg.mu, round(cfg.lr / presets.get("grpo").lr, 6)
+
+
+def ratio_difference(old_dir, ratios: pd.DataFrame) -> float | None:
+    """The largest |difference| of log prod rho between a run's RL-batch table `ratios` and the `ratios.csv` of an
+    earlier run of the same configuration in `old_dir` (notebook 02's mu = 4 runs before the grid); None when that
+    folder holds none, inf when the two tables differ in their responses."""
+    csv = Path(old_dir) / "ratios.csv"
+    if not csv.is_file():
+        return None
+    old = pd.read_csv(csv)
+    if old[["step", "prompt", "length"]].to_numpy().tolist() != ratios[["step", "prompt", "length"]].to_numpy().tolist():
+        return float("inf")
+    return float((old["log_prod_rho"] - ratios["log_prod_rho"]).abs().max())
