@@ -65,3 +65,16 @@ def grid_figure(cells: pd.DataFrame, regime_at: float = 0.10):
         ax.set_xticks([], minor=True)
         ax.legend(fontsize=7)
     return fig
+
+
+def v_curves(records: dict, keys: dict) -> pd.DataFrame:
+    """V(L) on `ratio_grid.V_GRID` at k = mu per cell, the mean over its seeds: rows L, columns "mu <m>, lr x <x>".
+    records: {run name: `cached_grid_run` record}; keys: {run name: (mu, lr scale, seed)}."""
+    from .ratio_grid import V_GRID, at_update
+
+    by_cell: dict = {}
+    for name, (mu, x, _) in keys.items():
+        S, step, _ = ratio_prefix.prefix_sums(at_update(records[name]["panel"], mu), REACH)
+        by_cell.setdefault(f"mu {mu}, lr x {x:g}", []).append(ratio_prefix.pooled_var(S[:, np.asarray(V_GRID) - 1],
+                                                                                      step))
+    return pd.DataFrame({cell: np.mean(vs, axis=0) for cell, vs in by_cell.items()}, index=pd.Index(V_GRID, name="L"))
