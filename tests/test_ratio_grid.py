@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from gpolib import tasks
-from gpolib.lab import ratio_grid, ratio_panel, ratio_prefix
+from gpolib.lab import ratio_grid, ratio_panel, ratio_prefix, ratio_runs
 
 
 def _tok(rows, step=None, prompt=None, advantage=None, update=None):
@@ -128,15 +128,15 @@ def test_panel_run_leaves_training_alone_and_scores_after_each_update(tiny_cfg, 
 
     cfg = tiny_cfg("grpo", mu=2, steps=2, prompts_per_step=2, group_size=4, max_new_tokens=32)
     spec = ratio_panel.PanelSpec(prompts=2, samples=2, n_ops=6, budget=40)
-    rec = ratio_panel.cached_grid_run(cfg, tmp_path / "run", spec)
+    rec = ratio_runs.cached_grid_run(cfg, tmp_path / "run", spec)
     df, _ = ratio_decay.ratio_records(Trainer(cfg), 2)
     pd.testing.assert_frame_equal(rec["ratios"], df, check_dtype=False, atol=1e-6)
     pan = rec["panel"]
     assert pd.Series(list(zip(pan["step"], pan["update"]))).value_counts().to_dict() == {
         (s, k): 4 for s in range(2) for k in (1, 2)}
-    assert ratio_panel.panel_problem(tmp_path / "run", 2, 2, spec) is None
-    assert "another panel" in ratio_panel.panel_problem(tmp_path / "run", 2, 2, ratio_panel.PanelSpec(prompts=3))
-    assert ratio_panel.panel_problem(tmp_path / "run", 3, 2, spec) is not None  # a step missing
+    assert ratio_runs.panel_problem(tmp_path / "run", 2, 2, spec) is None
+    assert "another panel" in ratio_runs.panel_problem(tmp_path / "run", 2, 2, ratio_panel.PanelSpec(prompts=3))
+    assert ratio_runs.panel_problem(tmp_path / "run", 3, 2, spec) is not None  # a step missing
     assert rec["steps"]["step"].tolist() == [0, 1] and (rec["steps"]["clip/frac"] >= 0).all()
 
 
@@ -162,13 +162,13 @@ def test_prefetch_trains_a_grid_run_through_the_notebook_hook(tmp_path):
     params = dict(PROFILE="smoke", MODEL="data/models/tiny-qwen3", DEVICE="cpu", DTYPE="float32", STEPS=1,
                   PROMPTS_PER_STEP=2, GROUP=4, SEEDS=1, MUS=[2], LR_SCALES=[3], PANEL_PROMPTS=2, PANEL_SAMPLES=2,
                   PANEL_OPS=6, PANEL_BUDGET=24, N_BUCKETS=4)
-    cfgs, dirs, spec = ratio_panel.notebook_plan(params)
+    cfgs, dirs, spec = ratio_runs.notebook_plan(params)
     assert list(cfgs) == ["grpo-mu2-lr3x/seed0"] and cfgs["grpo-mu2-lr3x/seed0"].lr == pytest.approx(9e-4)
-    assert ratio_panel.cell_of(cfgs["grpo-mu2-lr3x/seed0"]) == (2, 3.0)
+    assert ratio_runs.cell_of(cfgs["grpo-mu2-lr3x/seed0"]) == (2, 3.0)
     folder = tmp_path / "02_ratio_decay" / "run"
     label, secs, why = prefetch._train_one(("02 grpo-mu2-lr3x/seed0", cfgs["grpo-mu2-lr3x/seed0"], folder, params))
     assert why is None and (folder / "summary.json").exists()
-    assert ratio_panel.panel_problem(folder, 1, 2, spec) is None
+    assert ratio_runs.panel_problem(folder, 1, 2, spec) is None
 
 
 def test_cell_interval_averages_the_seeds_resampled_slopes():
@@ -187,8 +187,8 @@ def test_cell_interval_averages_the_seeds_resampled_slopes():
 def test_ratio_difference_with_an_earlier_run(tmp_path):
     df = pd.DataFrame({"step": [0, 0], "prompt": [0, 1], "length": [3, 4], "log_prod_rho": [0.1, -0.2],
                        "log_s": [0.03, -0.05], "advantage": [1.0, -1.0]})
-    assert ratio_panel.ratio_difference(tmp_path / "none", df) is None
+    assert ratio_runs.ratio_difference(tmp_path / "none", df) is None
     df.assign(log_prod_rho=[0.1, -0.25]).to_csv(tmp_path / "ratios.csv", index=False)
-    assert ratio_panel.ratio_difference(tmp_path, df) == pytest.approx(0.05)
+    assert ratio_runs.ratio_difference(tmp_path, df) == pytest.approx(0.05)
     df.assign(length=[3, 5]).to_csv(tmp_path / "ratios.csv", index=False)
-    assert ratio_panel.ratio_difference(tmp_path, df) == math.inf  # other responses
+    assert ratio_runs.ratio_difference(tmp_path, df) == math.inf  # other responses

@@ -13,13 +13,14 @@ from __future__ import annotations
 import io
 import math
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from ..objectives import sequence_log_ratio
 from . import ratio_prefix, stats
+from .ratio_panel import batch_ratios, token_arrays
+from .ratio_runs import prefetch_runs, prefetch_train, records_problem  # noqa: F401  (notebook 02's grid is trained
+# ahead by gpolib.workbook.prefetch through these hooks; records_problem: a finished ratio run's completeness)
 
 S1_MIN_BUCKET = 50
 """S1: responses per length bucket for 'reproduced' (DESIGN: >= 6 buckets of >= 50 responses)"""
@@ -55,32 +56,6 @@ def ratio_step(trainer, step: int) -> tuple[pd.DataFrame, list]:
     return batch_ratios(trainer, batch, old, trainer.policy_logps(batch.rollout), step)
 
 
-def batch_ratios(trainer, batch, old, new, step: int) -> tuple[pd.DataFrame, list]:
-    """log prod_t rho_t and log s_i (GSPO Eq. 7) of each response of `batch` from log pi_old `old` and log pi_theta
-    `new` (B, T), and each response's token log ratios log rho_t in order (S1 within responses, `ratio_prefix`).
-    Returns (one row per response: step, prompt (its group in the step), length, log prod rho, log s_i, advantage;
-    the per-token log ratios of each row, a list of (|o_i|,) arrays)."""
-    mask = batch.rollout.completion_mask.float()  # (B, T)
-    log_rho = (new - old) * mask  # (B, T)
-    tokens = [row[m > 0].numpy() for row, m in zip(log_rho, mask)]
-    G = trainer.cfg.group_size
-    df = pd.DataFrame({"step": step, "prompt": [i // G for i in range(len(tokens))],
-                       "length": batch.rollout.lengths.numpy(),
-                       "log_prod_rho": log_rho.sum(dim=1).numpy(),  # log prod_t rho_t
-                       "log_s": sequence_log_ratio(new, old, mask).numpy(),  # log s_i, GSPO Eq. 7
-                       "advantage": batch.advantages.numpy()})
-    return df, tokens
-
-
-def token_arrays(df: pd.DataFrame, tokens: list) -> dict:
-    """`ratio_prefix.save_tokens`' arrays (flat log ratios with offsets; step, prompt, advantage per response) of
-    the rows of `df` and their per-token arrays `tokens`."""
-    lengths = [len(t) for t in tokens]
-    return {"log_rho": np.concatenate(tokens) if tokens else np.zeros(0, np.float32),
-            "offsets": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64), "step": df["step"].to_numpy(),
-            "prompt": df["prompt"].to_numpy(), "advantage": df["advantage"].to_numpy()}
-
-
 def ratio_records(trainer, steps: int, start: int = 0) -> tuple[pd.DataFrame, dict]:
     """`ratio_step` for steps start..start+steps-1 (training continues across them): the per-response table and
     the per-token arrays in `ratio_prefix`'s layout (flat log ratios with offsets, `token_arrays`, and `length`)."""
@@ -91,29 +66,6 @@ def ratio_records(trainer, steps: int, start: int = 0) -> tuple[pd.DataFrame, di
         tokens += tok
     df = pd.concat(frames, ignore_index=True)
     return df, {**token_arrays(df, tokens), "length": np.asarray([len(t) for t in tokens])}
-
-
-def records_problem(run_dir, steps: int) -> str | None:
-    """Why a finished ratio run's `ratios.csv` and `token_ratios.npz` cannot be reused (a file cut short or
-    corrupt: a step missing, unequal rows per step, a non-finite value, the two files disagreeing), None when
-    they are complete."""
-    csv, npz = Path(run_dir) / "ratios.csv", Path(run_dir) / ratio_prefix.TOKENS_FILE
-    try:
-        df, tok = pd.read_csv(csv), ratio_prefix.load_tokens(npz)
-    except Exception as err:  # pandas' and numpy's many parse errors: a corrupt file is recomputed, not trusted
-        return f"{csv.name} or {npz.name} does not parse ({type(err).__name__}: {err})"
-    columns = ["step", "prompt", "length", "log_prod_rho", "log_s", "advantage"]
-    if list(df.columns) != columns:
-        return f"{csv} has columns {list(df.columns)}, not {columns}"
-    per_step = df.groupby("step").size()
-    if sorted(per_step.index) != list(range(steps)) or per_step.nunique() != 1:
-        return f"{csv} holds {len(df)} rows over {per_step.size} of {steps} steps (rows per step must be equal)"
-    if not np.isfinite(df.to_numpy(dtype=float)).all() or not np.isfinite(tok["log_rho"]).all():
-        return f"{csv} or {npz.name} holds a non-finite value"
-    if len(tok["length"]) != len(df) or not (tok["length"] == df["length"].to_numpy()).all() \
-            or tok["offsets"][-1] != len(tok["log_rho"]):
-        return f"{npz} does not match {csv.name} ({len(tok['length'])} responses, {len(df)} rows)"
-    return None
 
 
 def cached_records(cfg, run_dir) -> tuple[pd.DataFrame, dict]:
@@ -266,6 +218,3 @@ def _grid_text(e: dict) -> str:
 
 
 VERDICTS = {"S1": verdict_s1}
-
-
-from .ratio_panel import prefetch_runs, prefetch_train  # noqa: E402,F401  (the prefetch hooks of notebook 02's grid)

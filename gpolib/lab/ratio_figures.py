@@ -78,3 +78,15 @@ def v_curves(records: dict, keys: dict) -> pd.DataFrame:
         by_cell.setdefault(f"mu {mu}, lr x {x:g}", []).append(ratio_prefix.pooled_var(S[:, np.asarray(V_GRID) - 1],
                                                                                       step))
     return pd.DataFrame({cell: np.mean(vs, axis=0) for cell, vs in by_cell.items()}, index=pd.Index(V_GRID, name="L"))
+
+
+def panel_probe() -> pd.DataFrame:
+    """The committed base probe that chose the panel (benchmarks/panel_lengths_cpu.json): per operator count the
+    length distribution, the share reaching REACH tokens, the share cut at the probe's budget, the accuracy."""
+    import json
+
+    from .. import paths
+
+    probe = json.loads((paths.repo_root() / "benchmarks" / "panel_lengths_cpu.json").read_text())
+    return pd.DataFrame(probe["rows"]).set_index("n_ops")[["len_mean", "len_q50", "len_q90", "len_max",
+                                                           f"reach_{REACH}", "cut", "acc"]]

@@ -11,23 +11,19 @@ update. DESIGN's S1 therefore trains on the RL split as before and measures the 
   panel responses' per-token log ratios log pi_theta - log pi_old under the policy after update k, for the k in
   `saved_updates(mu)` (1, 2, 4, ..., mu), each record tagged with its k; the panel's group-normalised reward as the
   advantage of a panel response; GRPO's token clip share and the training reward from the update;
-- one folder per run (`cached_grid_run`): ratios.csv / token_ratios.npz (the RL batch, as before),
-  panel_ratios.npz (`ratio_prefix.save_tokens` plus `update`), steps.csv; complete folders are read back.
+- `grid_records`: a run's steps, as the tables and arrays `ratio_runs.cached_grid_run` writes to its folder.
 """
 from __future__ import annotations
 
-import io
 import random
-import warnings
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 import torch
 
 from .. import tasks as task_gen
-from ..objectives import group_advantages
+from ..objectives import group_advantages, sequence_log_ratio
 from . import ratio_prefix
 
 PANEL_FILE = "panel_ratios.npz"
@@ -106,11 +102,9 @@ def panel_step(trainer, step: int, panel: list, spec: PanelSpec) -> tuple:
     Steps: 1. collect the RL batch (`Trainer.collect`); 2. sample the panel from pi_old; 3. log pi_old of both;
     4. the mu minibatch updates, the panel scored after update k (`Trainer.update`'s `after_minibatch`; a skipped
     update leaves the policy at pi_old: every k is then scored once after it); 5. the RL batch's ratios after the
-    mu updates (`ratio_decay.batch_ratios`).
+    mu updates (`batch_ratios`).
     Returns (the RL batch's rows and token arrays as `ratio_decay.ratio_step`, {k: (B, T) panel log ratios},
     the panel rollout, its advantages, the step's row of `STEP_COLUMNS`)."""
-    from .ratio_decay import batch_ratios
-
     batch = trainer.collect(step)
     ro, correct, adv = sample_panel(trainer, panel, spec, step)
     old_batch, old_panel = trainer.policy_logps(batch.rollout), trainer.policy_logps(ro)  # (B, T), (P, T')
@@ -128,6 +122,32 @@ def panel_step(trainer, step: int, panel: list, spec: PanelSpec) -> tuple:
            "update/skipped": int(upd.get("update/skipped", 0)), "panel/acc": float(correct.float().mean()),
            "panel/len_mean": float(ro.lengths.float().mean())}
     return (df, tokens), probes, ro, adv, row
+
+
+def batch_ratios(trainer, batch, old, new, step: int) -> tuple[pd.DataFrame, list]:
+    """log prod_t rho_t and log s_i (GSPO Eq. 7) of each response of `batch` from log pi_old `old` and log pi_theta
+    `new` (B, T), and each response's token log ratios log rho_t in order (S1 within responses, `ratio_prefix`).
+    Returns (one row per response: step, prompt (its group in the step), length, log prod rho, log s_i, advantage;
+    the per-token log ratios of each row, a list of (|o_i|,) arrays)."""
+    mask = batch.rollout.completion_mask.float()  # (B, T)
+    log_rho = (new - old) * mask  # (B, T)
+    tokens = [row[m > 0].numpy() for row, m in zip(log_rho, mask)]
+    G = trainer.cfg.group_size
+    df = pd.DataFrame({"step": step, "prompt": [i // G for i in range(len(tokens))],
+                       "length": batch.rollout.lengths.numpy(),
+                       "log_prod_rho": log_rho.sum(dim=1).numpy(),  # log prod_t rho_t
+                       "log_s": sequence_log_ratio(new, old, mask).numpy(),  # log s_i, GSPO Eq. 7
+                       "advantage": batch.advantages.numpy()})
+    return df, tokens
+
+
+def token_arrays(df: pd.DataFrame, tokens: list) -> dict:
+    """`ratio_prefix.save_tokens`' arrays (flat log ratios with offsets; step, prompt, advantage per response) of
+    the rows of `df` and their per-token arrays `tokens`."""
+    lengths = [len(t) for t in tokens]
+    return {"log_rho": np.concatenate(tokens) if tokens else np.zeros(0, np.float32),
+            "offsets": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64), "step": df["step"].to_numpy(),
+            "prompt": df["prompt"].to_numpy(), "advantage": df["advantage"].to_numpy()}
 
 
 def panel_arrays(records: list) -> dict:
@@ -149,8 +169,6 @@ def panel_arrays(records: list) -> dict:
 def grid_records(trainer, steps: int, spec: PanelSpec) -> tuple:
     """`panel_step` for steps 0..steps-1: (the RL batch's table and token arrays as `ratio_decay.ratio_records`,
     the panel's arrays (`panel_arrays`), the steps table)."""
-    from .ratio_decay import token_arrays
-
     panel = panel_tasks(spec, reserved_prompts())
     frames, tokens, records, rows = [], [], [], []
     for s in range(steps):
@@ -159,130 +177,3 @@ def grid_records(trainer, steps: int, spec: PanelSpec) -> tuple:
         tokens += tok
     df = pd.concat(frames, ignore_index=True)
     return df, token_arrays(df, tokens), panel_arrays(records), pd.DataFrame(rows, columns=STEP_COLUMNS)
-
-
-def panel_problem(run_dir, steps: int, mu: int, spec: PanelSpec) -> str | None:
-    """Why a finished grid run's panel files cannot be reused (another panel, a step or update missing, unequal
-    records per (step, k), a non-finite value), None when complete."""
-    import json
-
-    run = Path(run_dir)
-    try:
-        tok = ratio_prefix.load_tokens(run / PANEL_FILE)
-        table = pd.read_csv(run / STEPS_FILE)
-        summary = json.loads((run / "summary.json").read_text())
-    except Exception as err:  # numpy's, pandas' and json's many parse errors: recomputed, not trusted
-        return f"{PANEL_FILE}, {STEPS_FILE} or summary.json does not parse ({type(err).__name__}: {err})"
-    if summary.get("panel") != asdict(spec):
-        return f"{run} holds another panel ({summary.get('panel')}, not {asdict(spec)})"
-    if list(table.columns) != STEP_COLUMNS or table["step"].tolist() != list(range(steps)):
-        return f"{run / STEPS_FILE} does not hold one row per step 0..{steps - 1} with {STEP_COLUMNS}"
-    if "update" not in tok:
-        return f"{run / PANEL_FILE} has no update index"
-    counts = pd.Series(1, index=pd.MultiIndex.from_arrays([tok["step"], tok["update"]])).groupby(level=[0, 1]).size()
-    want = pd.MultiIndex.from_product([range(steps), saved_updates(mu)])
-    if not counts.index.sort_values().equals(want) or set(counts) != {spec.prompts * spec.samples}:
-        return f"{run / PANEL_FILE} does not hold {spec.prompts * spec.samples} responses per step and saved update"
-    if not np.isfinite(tok["log_rho"]).all() or tok["offsets"][-1] != len(tok["log_rho"]):
-        return f"{run / PANEL_FILE} holds a non-finite value or is cut short"
-    return None
-
-
-def cached_grid_run(cfg, run_dir, spec: PanelSpec) -> dict:
-    """`grid_records` of a fresh `Trainer(cfg)` over cfg.steps, written to `run_dir` (each file atomically); a
-    finished folder of the same config, data and panel, complete (`ratio_decay.records_problem`, `panel_problem`),
-    is read back instead; an incomplete one is recomputed with a warning. Returns {"ratios": table, "tokens",
-    "panel": the panel's arrays, "steps": the steps table}."""
-    from ..folders import write_bytes, write_text
-    from ..rundir import RunDir
-    from ..train import Trainer
-    from .ratio_decay import records_problem
-
-    run = RunDir(run_dir, cfg)
-    run.check_config()
-    files = ("ratios.csv", ratio_prefix.TOKENS_FILE, PANEL_FILE, STEPS_FILE)
-    problem = (records_problem(run.path, cfg.steps) or panel_problem(run.path, cfg.steps, cfg.mu, spec)
-               if run.finished() else None)
-    if problem:
-        warnings.warn(f"{run.path} says finished but {problem}: it is recomputed")
-        (run.path / "summary.json").unlink()
-    if not run.reuse(results=files):
-        df, tok, pan, table = grid_records(Trainer(cfg), cfg.steps, spec)
-        write_text(run.path / "ratios.csv", df.to_csv(index=False))
-        write_text(run.path / STEPS_FILE, table.to_csv(index=False))
-        for name, arrays in ((ratio_prefix.TOKENS_FILE, tok), (PANEL_FILE, pan)):
-            buf = io.BytesIO()
-            ratio_prefix.save_tokens(buf, **arrays)
-            write_bytes(run.path / name, buf.getvalue())
-        run.write_summary({"fingerprint": cfg.fingerprint(), "finished": True, "steps": cfg.steps,
-                           "panel": asdict(spec)})
-    return {"ratios": pd.read_csv(run.path / "ratios.csv"),
-            "tokens": ratio_prefix.load_tokens(run.path / ratio_prefix.TOKENS_FILE),
-            "panel": ratio_prefix.load_tokens(run.path / PANEL_FILE), "steps": pd.read_csv(run.path / STEPS_FILE)}
-
-
-# ---------------------------------------------------------------- the grid's runs
-
-NOTEBOOK = "02_ratio_decay"
-
-
-def arm_name(mu: int, lr_scale: float) -> str:
-    """A grid cell's arm: "grpo-mu<mu>-lr<scale>x"."""
-    return f"grpo-mu{mu}-lr{lr_scale:g}x"
-
-
-def grid_configs(*, mus, lr_scales, seeds: int, steps: int, prompts_per_step: int, group: int, model: str,
-                 device: str, dtype: str) -> dict:
-    """Run name ("<arm>/seed<s>", `arm_name`) -> TrainConfig: GRPO (preset `grpo`) at mu minibatch updates and the
-    preset's lr times each scale, seeds 0..seeds-1, the shared budget; cells mu-major, then lr, then seed."""
-    from .. import presets
-    from .runs import run_key
-
-    lr = presets.get("grpo").lr
-    return {run_key(arm_name(mu, x), s): presets.get("grpo", mu=mu, lr=lr * x, steps=steps,
-                                                     prompts_per_step=prompts_per_step, group_size=group,
-                                                     model=model, device=device, dtype=dtype, seed=s)
-            for mu in mus for x in lr_scales for s in range(seeds)}
-
-
-def notebook_plan(p: dict) -> tuple:
-    """(configs, folders, panel) of notebook 02 from its parameters (names as in its parameters cell)."""
-    from .runs import run_dirs
-
-    cfgs = grid_configs(mus=p["MUS"], lr_scales=p["LR_SCALES"], seeds=p["SEEDS"], steps=p["STEPS"],
-                        prompts_per_step=p["PROMPTS_PER_STEP"], group=p["GROUP"], model=p["MODEL"],
-                        device=p["DEVICE"], dtype=p["DTYPE"])
-    spec = PanelSpec(prompts=p["PANEL_PROMPTS"], samples=p["PANEL_SAMPLES"], n_ops=p["PANEL_OPS"],
-                     budget=p["PANEL_BUDGET"])
-    return cfgs, run_dirs(p["PROFILE"], NOTEBOOK, cfgs), spec
-
-
-def prefetch_runs(params: dict) -> dict:
-    """`gpolib.workbook.prefetch`'s hook: run name -> (config, folder) of every grid run the notebook reads."""
-    cfgs, dirs, _ = notebook_plan(params)
-    return {name: (cfg, dirs[name]) for name, cfg in cfgs.items()}
-
-
-def prefetch_train(params: dict, cfg, folder) -> None:
-    """`gpolib.workbook.prefetch`'s hook: train one grid run as the notebook would (`cached_grid_run`)."""
-    cached_grid_run(cfg, folder, notebook_plan(params)[2])
-
-
-def cell_of(cfg) -> tuple:
-    """A grid run's cell: (mu, lr scale), the scale being cfg.lr over the `grpo` preset's lr, rounded to 6 places."""
-    from .. import presets
-
-    return cfg.mu, round(cfg.lr / presets.get("grpo").lr, 6)
-
-
-def ratio_difference(old_dir, ratios: pd.DataFrame) -> float | None:
-    """The largest |difference| of log prod rho between a run's RL-batch table `ratios` and the `ratios.csv` of an
-    earlier run of the same configuration in `old_dir` (notebook 02's mu = 4 runs before the grid); None when that
-    folder holds none, inf when the two tables differ in their responses."""
-    csv = Path(old_dir) / "ratios.csv"
-    if not csv.is_file():
-        return None
-    old = pd.read_csv(csv)
-    if old[["step", "prompt", "length"]].to_numpy().tolist() != ratios[["step", "prompt", "length"]].to_numpy().tolist():
-        return float("inf")
-    return float((old["log_prod_rho"] - ratios["log_prod_rho"]).abs().max())
