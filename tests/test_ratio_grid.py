@@ -192,3 +192,17 @@ def test_ratio_difference_with_an_earlier_run(tmp_path):
     assert ratio_runs.ratio_difference(tmp_path, df) == pytest.approx(0.05)
     df.assign(length=[3, 5]).to_csv(tmp_path / "ratios.csv", index=False)
     assert ratio_runs.ratio_difference(tmp_path, df) == math.inf  # other responses
+
+
+def test_run_measures_reads_the_panel_at_k_mu_and_the_batch_beside():
+    """Panel after update 2 (= mu): +0.004 and +0.001 per token over 200 tokens (one product outside at L = 200);
+    the k = 1 record (-0.5 per token) is not read. RL batch: +0.008 per token over 100 tokens (S(50) = 0.4 inside,
+    S(100) = 0.8 outside) and 0 (inside)."""
+    panel = _tok([np.full(200, 0.004), np.full(200, 0.001), np.full(200, -0.5)], prompt=[0, 1, 0], update=[2, 2, 1])
+    batch = _tok([np.full(100, 0.008), np.zeros(100)], advantage=[1.0, -1.0])
+    steps = pd.DataFrame({"clip/frac": [0.1, 0.3], "panel/acc": [0.0, 0.0]})
+    m = ratio_grid.run_measures({"panel": panel, "tokens": batch, "steps": steps}, mu=2, n_boot=10)
+    assert (m["out@200"], m["n@200"], m["out@50"]) == (0.5, 2, 0.0)
+    assert (m["batch out@50"], m["batch out@100"]) == (0.0, 0.5)
+    assert m["panel drift"] == pytest.approx(0.0025) and m["batch drift A>0"] == pytest.approx(0.008)
+    assert m["batch drift A<0"] == 0.0 and m["clip"] == pytest.approx(0.2) and m["panel len"] == 200

@@ -3,7 +3,7 @@
 Per run (`run_measures`), on the panel's responses (`ratio_panel`) scored under the policy after update k (k = mu:
 the policy after the step's updates, judged; other k: the per-k curve, `per_update`):
 - the share of prefix products prod_{t<=L} rho_t outside [0.5, 2] at L = 50, 100, 200 among the responses that
-  reach L (`leave_at`);
+  reach L (`leave_at`), and on the RL batch at L = 50, 100 beside (`BATCH_AT`);
 - V(L) to L = 200 (`ratio_prefix.pooled_var` on responses of >= 200 tokens) and its slope V', with `n_boot`
   resamples of the prompts within each step; L* = (log 2)^2 / V', where the sd of the log product reaches log 2
   (`ratio_prefix.band_length`), its interval from the resampled slopes;
@@ -28,6 +28,10 @@ REACH = 200
 LEAVE_AT = (50, 100, 200)
 V_GRID = tuple(range(10, REACH + 1, 10))
 """prefix lengths at which V(L) is read: 10, 20, ..., 200"""
+BATCH_AT = (50, 100)
+"""prefix lengths at which the RL batch's share outside [0.5, 2] is read beside the panel's (its responses end near
+100 tokens): the panel's long chains are not the training distribution, the comparison at equal L shows how much
+more their ratios move"""
 COLLAPSE_STEPS = 5
 """DESIGN: a run collapses when its training reward stays below the base's for >= 5 consecutive steps"""
 
@@ -107,6 +111,7 @@ def run_measures(rec: dict, mu: int, n_boot: int = ratio_prefix.N_BOOT) -> dict:
     lo, hi = band_interval(fit["boots"])
     drift, batch = drift_by_sign(pan), drift_by_sign(rec["tokens"])
     out = {f"out@{L}": share for L, (share, _) in leave.items()}
+    out.update({f"batch out@{L}": share for L, (share, _) in leave_at(rec["tokens"], BATCH_AT).items()})
     out.update({f"n@{L}": n for L, (_, n) in leave.items()})
     out.update({"V'": fit["slope"], "V' boots": fit["boots"], "L*": ratio_prefix.band_length(fit["slope"]),
                 "L* lo": lo, "L* hi": hi,
@@ -189,7 +194,7 @@ def regime_begins(cells: pd.DataFrame, at_least: float = 0.10) -> str:
             + " and at ".join(parts) + ".")
 
 
-CELL_COLUMNS = ["mu", "lr x", "seeds", "out@50", "out@100", "out@200", "n@200", "V'", "L*", "L* lo", "L* hi", "geo sd",
+CELL_COLUMNS = ["mu", "lr x", "seeds", "out@50", "out@100", "out@200", "n@200", "batch out@50", "batch out@100", "V'", "L*", "L* lo", "L* hi", "geo sd",
                 "panel drift",
                 "batch drift A>0", "batch drift A<0", "clip", "base reward", "reward", "collapsed", "seeds collapsed"]
 """the cell numbers S1's record keeps (evidence "cells")"""
