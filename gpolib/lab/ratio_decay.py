@@ -5,8 +5,8 @@ while the sequence ratio s_i (a geometric mean) does not:
 - per-response ratios of the updated policy to pi_old, `ratio_step`, `ratio_records` (`cached_records`: once per config);
 - equal-count length buckets, `bucket_stats`; extreme product ratios, `extreme_share`;
 - S1: `within_evidence` (V(L) per seed, `ratio_prefix`), `s1_evidence` (the buckets, secondary), `verdict_s1`;
-  since DESIGN 2026-12-06 judged on the mu x lr grid's long-response panel (`ratio_panel` records it, `ratio_grid`
-  measures it), V(L) on the RL batch kept as checks.
+  since DESIGN 2026-12-06 judged on the mu x lr grid's long-response panel (`ratio_panel` records it, `ratio_runs`
+  keeps its folders, `ratio_grid` measures it), V(L) on the RL batch kept as checks.
 """
 from __future__ import annotations
 
