@@ -116,6 +116,14 @@ def make_problem(rng: random.Random, n_ops: int, p_mul: float = P_MUL) -> Proble
     <= MUL_MAX, with probability `p_mul`), `+`/`-` take 1..20 (`-` never goes below 0)."""
     if not MIN_OPS <= n_ops <= MAX_OPS:
         raise ValueError(f"n_ops={n_ops!r} is invalid; allowed: {MIN_OPS}..{MAX_OPS}")
+    return make_chain(rng, n_ops, p_mul)
+
+
+def make_chain(rng: random.Random, n_ops: int, p_mul: float = P_MUL) -> Problem:
+    """`make_problem`'s chain (the same draws) without its MIN_OPS..MAX_OPS bound: longer chains than the splits
+    hold, for probes of long responses (notebook 02's long-response panel)."""
+    if n_ops < 1:
+        raise ValueError(f"n_ops={n_ops!r} is invalid; allowed: >= 1")
     if not 0.0 <= p_mul <= 1.0:
         raise ValueError(f"p_mul={p_mul!r} is invalid; allowed: a probability in [0, 1]")
     value = rng.randint(10, 99)

@@ -96,11 +96,12 @@ class Trainer:
         """Phase 1, seeded by the step: a scored, filtered batch with advantages (`collect.collect`)."""
         return collect(self.cfg, step, self.draw, self.tok.pad_token_id, self.baseline)
 
-    def update(self, batch: Batch, step: int) -> dict:
-        """Phase 2: pi_old and the mu minibatch updates (`update.update`); the update metrics."""
+    def update(self, batch: Batch, step: int, after_minibatch=None) -> dict:
+        """Phase 2: pi_old and the mu minibatch updates (`update.update`, `after_minibatch(k)` called after the k-th);
+        the update metrics."""
         if self.engine is not None:
             self.engine.release()  # vLLM sleep mode: the update gets the engine's GPU memory
-        return update(self.policy, self.cfg, self.baseline, batch, step)
+        return update(self.policy, self.cfg, self.baseline, batch, step, after_minibatch)
 
     def evaluate(self, step: int) -> dict:
         """Held-out accuracy at T = 1, top-p 1 (eval_samples per prompt) and greedy, mean length, truncation share.
@@ -128,16 +129,18 @@ class Trainer:
         return rng.sample(self.train_tasks, self.cfg.prompts_per_step)
 
     def rollout(self, tasks: list, group_size: int, greedy: bool = False, temperature: float | None = None,
-                top_p: float | None = None, held_out: bool = False) -> Rollout:
-        """Sample `group_size` responses per task at the run's temperature and top-p unless given. The engine's
-        quantized weights (`rollout_weights`) serve training rollouts only: held-out ones use the policy's own."""
+                top_p: float | None = None, held_out: bool = False, max_new_tokens: int | None = None) -> Rollout:
+        """Sample `group_size` responses per task at the run's temperature, top-p and budget unless given. The
+        engine's quantized weights (`rollout_weights`) serve training rollouts only: held-out ones use the policy's
+        own."""
         c = self.cfg
         self.model.eval()
         with cpu_threads(c.rollout_threads if self.device == "cpu" else 0), autocast(c.rollout_autocast, self.device):
             prompts = [render_prompt(self.tok, t["prompt"], c.prompt_style) for t in tasks]
             if self.engine is not None:  # the engine samples from the adapter of this optimizer step
                 self.engine.sync(self.model, self.sched.last_epoch)
-            return generate(self.model, self.tok, prompts, group_size, c.max_new_tokens,
+            budget = c.max_new_tokens if max_new_tokens is None else max_new_tokens
+            return generate(self.model, self.tok, prompts, group_size, budget,
                             c.temperature if temperature is None else temperature, c.top_p if top_p is None else top_p,
                             c.backend, greedy=greedy, engine=self.engine, weights=None if held_out else c.rollout_weights)
 

@@ -24,9 +24,11 @@ from .policy import Policy
 from .value_loop import active_rows, has_signal, positive_lm_term, positive_tokens
 
 
-def update(policy: Policy, cfg, baseline, batch: Batch, step: int) -> dict:
+def update(policy: Policy, cfg, baseline, batch: Batch, step: int, after_minibatch=None) -> dict:
     """mu optimiser steps on disjoint minibatches of the batch, then the baseline's own (a value model's);
-    returns the update metrics of the step."""
+    returns the update metrics of the step. `after_minibatch(k)`, when given, is called after the k-th optimiser
+    step (k = 1..mu), the policy then being the policy after k updates (a probe reads it there, notebook 02's
+    panel; the policy is put back in training mode after it); a skipped update calls it for no k."""
     c = cfg
     B = len(batch.correct)
     if B == 0 or not has_signal(c, batch):
@@ -39,8 +41,12 @@ def update(policy: Policy, cfg, baseline, batch: Batch, step: int) -> dict:
              if c.log_expert_change and moe.is_moe(policy.model) else None)
     olds, experts = pi_old(policy, c, batch, minibatches, active, meter)
     policy.model.train()
-    parts = [_minibatch_step(policy, c, batch, mb, active, old, experts, step, meter)
-             for mb, old in zip(minibatches, olds)]
+    parts = []
+    for k, (mb, old) in enumerate(zip(minibatches, olds), 1):
+        parts.append(_minibatch_step(policy, c, batch, mb, active, old, experts, step, meter))
+        if after_minibatch is not None:
+            after_minibatch(k)
+            policy.model.train()
     names = dict.fromkeys(k for part in parts for k in part)
     out = {k: mean_of(part[k] for part in parts if k in part) for k in names}
     out.update(baseline.update(batch, minibatches))  # PPO / VAPO: the value model's steps, on the same minibatches

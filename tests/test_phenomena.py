@@ -43,6 +43,11 @@ def test_s1_is_the_share_of_products_outside_the_band_per_seed():
     assert phenomena.s1_ours({"evidence": {"within": within}}) == (
         "prefix products outside [0.5, 2] at L = 120: 2.0%, 4.0% per seed (0.99^L leaves the band at L = 69)")
     assert phenomena.s1_ours({"evidence": {"bucket_len": [1]}}) is None  # a record of the earlier design
+    cells = [{"mu": 16, "lr x": 1.0, "out@200": 0.25}, {"mu": 1, "lr x": 1.0, "out@200": 0.004},
+             {"mu": 1, "lr x": 3.0, "out@200": 0.01}, {"mu": 16, "lr x": 3.0, "out@200": 0.5}]
+    assert phenomena.s1_ours({"evidence": {"within": within, "cells": cells}}) == (
+        "200-token prefix products outside [0.5, 2]: 0.4% at mu = 1 -> 25.0% at mu = 16 (lr x 1); 1.0% at mu = 1 -> "
+        "50.0% at mu = 16 (lr x 3) (0.99^L leaves the band at L = 69)")
 
 
 def test_d2_is_the_panel_share_as_a_share():

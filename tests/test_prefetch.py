@@ -63,9 +63,10 @@ def test_the_whole_workbook_plans_without_error():
     by_prefix = {j.prefix: prefetch.notebook_runs(j) for j in jobs}
     assert by_prefix["00"] == {} and by_prefix["90"] == {}
     assert len(by_prefix["01"]) == 6 and len(by_prefix["03"]) == 18
-    # 01 (6 seeds), 03, 04 (8 seeds), 05, 06 (dr_grpo), 07 (7 seeds: dapo, vapo and GRPO's seed 6 beyond 01's),
-    # 08, 09, 10 (its GRPO arm is 09's)
-    expected = 6 + 18 + 16 + 18 + 3 + 15 + 18 + 18 + 12
+    # 01 (6 seeds), 02 (S1's grid through its prefetch hooks: 5 mu x 2 lr x 3 seeds), 03, 04 (8 seeds), 05,
+    # 06 (dr_grpo), 07 (7 seeds: dapo, vapo and GRPO's seed 6 beyond 01's), 08, 09, 10 (its GRPO arm is 09's)
+    assert len(by_prefix["02"]) == 30
+    expected = 6 + 30 + 18 + 16 + 18 + 3 + 15 + 18 + 18 + 12
     assert len(prefetch.pending(jobs)) == expected
 
 

@@ -88,14 +88,22 @@ def test_verdict_s1_words_from_within_evidence():
     good = {**old, "within": {str(s): _summary(1e-3, 5e-4, 2e-3) for s in range(3)}}
     v = ratio_decay.verdict_s1(good)  # DESIGN 2026-12-06: the grid's regime share is the part; V(L) only checks
     assert v.word == stats.NOT_RUN and "the checks: slope of V(L)" in v.text and "0.99^L leaves it at L = 69" in v.text
+    grid = {"panel": {"prompts": 16, "samples": 2, "n_ops": 32, "budget": 256}, "regime_cell": [16, 3.0],
+            "mu_slope": {"1": {"slope": 0.9, "lo": 0.7, "hi": 1.1, "n": 3}},
+            "cells": [{"mu": 16, "lr x": 3.0, "L*": 150.0, "collapsed": False},
+                      {"mu": 8, "lr x": 3.0, "L*": 300.0, "collapsed": True, "collapsed vs card": True}]}
+    good = {**good, **grid}
     v = ratio_decay.verdict_s1({**good, "regime_share": 0.15})
     assert v.word == stats.REPRODUCED and "secondary" in v.text and "checks passed: slope of V(L)" in v.text
+    assert ("measured on the long-response panel, not on the RL batch: 16 fixed 32-operator chains x 2 responses"
+            in v.text and "at L = 200 (mu = 16, lr x 3)" in v.text and "lr x 1: 0.90 [0.70, 1.10] over 3 seeds"
+            in v.text and "collapsed cells: mu 8 lr x 3" in v.text and "mu 16 lr x 3: 150" in v.text)
     assert ratio_decay.verdict_s1({**good, "regime_share": 0.05}).word == stats.NOT  # no cell reaches 10%
-    spans = {**old, "regime_share": 0.15, "within": {"0": _summary(1e-3, -1e-4, 2e-3),
+    spans = {**old, **grid, "regime_share": 0.15, "within": {"0": _summary(1e-3, -1e-4, 2e-3),
                                                      "1": _summary(1e-3, 5e-4, 2e-3), "2": _summary(1e-3, 5e-4, 2e-3)}}
     v = ratio_decay.verdict_s1(spans)  # a check that does not pass (the slope spans 0 in one seed): not reproduced
     assert v.word == stats.NOT and "CHECK FAILED" in v.text and "seed index [0]" in v.text
-    grows = {**old, "regime_share": 0.15, "within": {str(s): _summary(1e-3, 5e-4, 2e-3, drop=-1e-5) for s in range(3)}}
+    grows = {**old, **grid, "regime_share": 0.15, "within": {str(s): _summary(1e-3, 5e-4, 2e-3, drop=-1e-5) for s in range(3)}}
     assert ratio_decay.verdict_s1(grows).word == stats.NOT  # the geometric mean's spread grows: a check fails
 
 

@@ -32,6 +32,12 @@ def _number_in(low: float, high: float):
     return test, f"a number in ({low}, {high}]"
 
 
+def _list_of(rule):
+    """A non-empty list whose every item passes `rule` (the grid's values, notebook 02)."""
+    test, words = rule
+    return (lambda v: isinstance(v, list) and len(v) > 0 and all(test(x) for x in v)), f"a non-empty list of {words}"
+
+
 def _path_text():
     return (lambda v: isinstance(v, str) and v.strip() != ""), "a model folder or hub name (a non-empty str)"
 
@@ -47,7 +53,8 @@ RULES = {
     "KL_SAMPLES": _int_at_least(2), "KL_VOCAB": _int_at_least(2), "SHORT_LEN": _int_at_least(1),
     "LONG_LEN": _int_at_least(1), "MAX_LEN": _int_at_least(1), "N_CORRECT": _int_at_least(0),
     "OTHER_CORRECT": _int_at_least(0), "EPS_LOW": _number_in(0.0, 1.0), "EPS_HIGH": _number_in(0.0, 10.0),
-    "LOG_RATIO_SPREAD": _number_in(0.0, 10.0), "REBUILD": _choice(True, False),
+    "LOG_RATIO_SPREAD": _number_in(0.0, 10.0), "PANEL_SAMPLES": _int_at_least(2), "PANEL_OPS": _int_at_least(1),
+    "PANEL_BUDGET": _int_at_least(1), "MUS": _list_of(_int_at_least(1)), "LR_SCALES": _list_of(_number_in(0.0, 100.0)), "REBUILD": _choice(True, False),
     "PROFILE": _choice(*PROFILES), "DEVICE": _choice("cpu", "cuda", "auto"),
     "DTYPE": _choice("float32", "bfloat16", "float16"), "MODEL": _path_text(), "MOE_MODEL": _path_text(),
     "RATIO_LEVEL": _choice(*RATIO_LEVELS), "AGGREGATION": _choice(*AGGREGATIONS), "ADV_SCALE": _choice(*ADV_SCALES),

@@ -5,7 +5,7 @@ one sentence that leads with the scoreboard's headline number (`report.headline`
 as the scoreboard, the README and docs/claims.md), then, where it helps, the context in the paper's terms, read from
 the claim's record in `claims.json` in the unit its scoreboard text uses: nothing here is typed in.
 
-- S1 (GSPO Sec. 2, notebook 02): the spread of a prefix's log ratio product, V(L), grows along a response.
+- S1 (GSPO Sec. 2, notebook 02): how many 200-token ratio products leave [0.5, 2] as the update goes off-policy (mu).
 - D2 (DAPO Sec. 3.2, Fig. 3b; notebooks 01/03): the share of all-correct groups rises as the policy improves.
 - P3 (GSPO Sec. 5.3, notebook 08): the share of activated experts that change after an update.
 - F1 (GFPO Eq. 4, notebook 05): the excess length reduction (ELR) of Shortest 4/24.
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 
-FIGURES = {"S1": "02_within_response.png", "D2": "01_d2_panel.png", "P3": "08_expert_change.png",
+FIGURES = {"S1": "02_ratio_grid.png", "D2": "01_d2_panel.png", "P3": "08_expert_change.png",
            "F1": "05_gfpo_elr.png"}
 """claim id -> the figure under reports/figures/ that shows the phenomenon (P3's is drawn by notebook 08's
 per-update routing measure; until it exists the page says the figure is not drawn yet)"""
@@ -45,8 +45,19 @@ def _mean(xs) -> float:
 
 
 def s1_ours(rec: dict) -> Optional[str]:
-    """Per seed, the share of prefix products outside [0.5, 2] at the longest prefix measured, beside the length at
-    which 0.99^L leaves that band (the paper's arithmetic)."""
+    """On the mu x lr grid (DESIGN 2026-12-06): the share of 200-token prefix products outside [0.5, 2] at the
+    smallest and largest mu, per lr scale, beside the length at which 0.99^L leaves that band. A record of the mu = 4
+    design: per seed, the share at the longest prefix measured."""
+    band = math.ceil(math.log(0.5) / math.log(0.99))
+    cells = (rec.get("evidence") or {}).get("cells")
+    if cells:
+        by_lr: dict = {}
+        for c in sorted(cells, key=lambda c: c["mu"]):
+            by_lr.setdefault(c["lr x"], []).append(c)
+        parts = [f"{100 * cs[0]['out@200']:.1f}% at mu = {cs[0]['mu']} -> {100 * cs[-1]['out@200']:.1f}% at mu = "
+                 f"{cs[-1]['mu']} (lr x {x:g})" for x, cs in by_lr.items()]
+        return (f"200-token prefix products outside [0.5, 2]: {'; '.join(parts)} (0.99^L leaves the band at "
+                f"L = {band})")
     within = (rec.get("evidence") or {}).get("within")
     if not within:
         return None
@@ -55,7 +66,6 @@ def s1_ours(rec: dict) -> Optional[str]:
     leave = [s.get("leave", {}).get(str(L)) for s in seeds]
     if None in leave:
         return None
-    band = math.ceil(math.log(0.5) / math.log(0.99))
     return (f"prefix products outside [0.5, 2] at L = {L}: {', '.join(f'{100 * v:.1f}%' for v in leave)} per seed "
             f"(0.99^L leaves the band at L = {band})")
 

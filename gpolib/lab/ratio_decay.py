@@ -4,20 +4,23 @@ After mu >= 2 updates on one batch, the product of token ratios of a response dr
 while the sequence ratio s_i (a geometric mean) does not:
 - per-response ratios of the updated policy to pi_old, `ratio_step`, `ratio_records` (`cached_records`: once per config);
 - equal-count length buckets, `bucket_stats`; extreme product ratios, `extreme_share`;
-- S1: `within_evidence` (V(L) per seed, `ratio_prefix`), `s1_evidence` (the buckets, secondary), `verdict_s1`.
+- S1: `within_evidence` (V(L) per seed, `ratio_prefix`), `s1_evidence` (the buckets, secondary), `verdict_s1`;
+  since DESIGN 2026-12-06 judged on the mu x lr grid's long-response panel (`ratio_panel` records it, `ratio_runs`
+  keeps its folders, `ratio_grid` measures it), V(L) on the RL batch kept as checks.
 """
 from __future__ import annotations
 
 import io
 import math
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from ..objectives import sequence_log_ratio
 from . import ratio_prefix, stats
+from .ratio_panel import batch_ratios, token_arrays
+from .ratio_runs import prefetch_runs, prefetch_train, records_problem  # noqa: F401  (notebook 02's grid is trained
+# ahead by gpolib.workbook.prefetch through these hooks; records_problem: a finished ratio run's completeness)
 
 S1_MIN_BUCKET = 50
 """S1: responses per length bucket for 'reproduced' (DESIGN: >= 6 buckets of >= 50 responses)"""
@@ -45,64 +48,24 @@ def ratio_step(trainer, step: int) -> tuple[pd.DataFrame, list]:
 
     Steps: 1. collect and score a batch (`Trainer.collect`, seeded by the step as in training);
     2. pi_old: the policy's log-probs before the update; 3. the mu minibatch updates (`Trainer.update`);
-    4. log pi_theta of the whole batch after them; 5. log prod_t rho_t and log s_i (GSPO Eq. 7), and each
-    response's token log ratios log rho_t in order (S1 within responses, `ratio_prefix`).
-    Returns (one row per response: step, prompt (its group in the step), length, log prod rho, log s_i, advantage;
-    the per-token log ratios of each row, a list of (|o_i|,) arrays).
+    4. log pi_theta of the whole batch after them; 5. `batch_ratios`.
     """
     batch = trainer.collect(step)
     old = trainer.policy_logps(batch.rollout)  # (B, T)
     trainer.update(batch, step)
-    new = trainer.policy_logps(batch.rollout)  # (B, T)
-    mask = batch.rollout.completion_mask.float()  # (B, T)
-    log_rho = (new - old) * mask  # (B, T)
-    tokens = [row[m > 0].numpy() for row, m in zip(log_rho, mask)]
-    G = trainer.cfg.group_size
-    df = pd.DataFrame({"step": step, "prompt": [i // G for i in range(len(tokens))],
-                       "length": batch.rollout.lengths.numpy(),
-                       "log_prod_rho": log_rho.sum(dim=1).numpy(),  # log prod_t rho_t
-                       "log_s": sequence_log_ratio(new, old, mask).numpy(),  # log s_i, GSPO Eq. 7
-                       "advantage": batch.advantages.numpy()})
-    return df, tokens
+    return batch_ratios(trainer, batch, old, trainer.policy_logps(batch.rollout), step)
 
 
 def ratio_records(trainer, steps: int, start: int = 0) -> tuple[pd.DataFrame, dict]:
     """`ratio_step` for steps start..start+steps-1 (training continues across them): the per-response table and
-    the per-token arrays in `ratio_prefix`'s layout (flat log ratios with offsets)."""
+    the per-token arrays in `ratio_prefix`'s layout (flat log ratios with offsets, `token_arrays`, and `length`)."""
     frames, tokens = [], []
     for s in range(start, start + steps):
         df, tok = ratio_step(trainer, s)
         frames.append(df)
         tokens += tok
     df = pd.concat(frames, ignore_index=True)
-    lengths = [len(t) for t in tokens]
-    tok = {"log_rho": np.concatenate(tokens) if tokens else np.zeros(0, np.float32),
-           "offsets": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64), "step": df["step"].to_numpy(),
-           "prompt": df["prompt"].to_numpy(), "advantage": df["advantage"].to_numpy(), "length": np.asarray(lengths)}
-    return df, tok
-
-
-def records_problem(run_dir, steps: int) -> str | None:
-    """Why a finished ratio run's `ratios.csv` and `token_ratios.npz` cannot be reused (a file cut short or
-    corrupt: a step missing, unequal rows per step, a non-finite value, the two files disagreeing), None when
-    they are complete."""
-    csv, npz = Path(run_dir) / "ratios.csv", Path(run_dir) / ratio_prefix.TOKENS_FILE
-    try:
-        df, tok = pd.read_csv(csv), ratio_prefix.load_tokens(npz)
-    except Exception as err:  # pandas' and numpy's many parse errors: a corrupt file is recomputed, not trusted
-        return f"{csv.name} or {npz.name} does not parse ({type(err).__name__}: {err})"
-    columns = ["step", "prompt", "length", "log_prod_rho", "log_s", "advantage"]
-    if list(df.columns) != columns:
-        return f"{csv} has columns {list(df.columns)}, not {columns}"
-    per_step = df.groupby("step").size()
-    if sorted(per_step.index) != list(range(steps)) or per_step.nunique() != 1:
-        return f"{csv} holds {len(df)} rows over {per_step.size} of {steps} steps (rows per step must be equal)"
-    if not np.isfinite(df.to_numpy(dtype=float)).all() or not np.isfinite(tok["log_rho"]).all():
-        return f"{csv} or {npz.name} holds a non-finite value"
-    if len(tok["length"]) != len(df) or not (tok["length"] == df["length"].to_numpy()).all() \
-            or tok["offsets"][-1] != len(tok["log_rho"]):
-        return f"{npz} does not match {csv.name} ({len(tok['length'])} responses, {len(df)} rows)"
-    return None
+    return df, {**token_arrays(df, tokens), "length": np.asarray([len(t) for t in tokens])}
 
 
 def cached_records(cfg, run_dir) -> tuple[pd.DataFrame, dict]:
@@ -230,7 +193,28 @@ def verdict_s1(e: dict) -> stats.Verdict:
                              f"{0.99 ** 200:.3f}; {_beside(e)}; {confound}", S1_RULE.criterion, parts=tuple(checks),
                              roles=("check",) * len(checks))
     v = S1_RULE.judge([S1_REGIME.judge(e["regime_share"])], checks=checks)
-    return v.with_note(f"analytic 0.99^200 = {0.99 ** 200:.3f}; {_beside(e)}; {confound}")
+    return v.with_note(f"{_grid_text(e)}; analytic 0.99^200 = {0.99 ** 200:.3f}; checks on the RL batch of the "
+                       f"mu = 4, lr x 1 cell: {_beside(e)}; {confound}")
+
+
+def _grid_text(e: dict) -> str:
+    """Where the judged share was measured (the panel, DESIGN) and the curve over mu reported beside it."""
+    p, cell = e["panel"], e.get("regime_cell")
+    where = f" (mu = {cell[0]}, lr x {cell[1]:g})" if cell else " (every cell collapsed)"
+    slopes = "; ".join(f"lr x {x}: {f['slope']:.2f}" + (f" [{f['lo']:.2f}, {f['hi']:.2f}]" if f.get("lo") is not None
+                                                         else "") + f" over {f['n']} seeds"
+                       for x, f in e["mu_slope"].items())
+    lstar = ", ".join(f"mu {c['mu']} lr x {c['lr x']:g}: {c['L*']:.0f}" for c in e["cells"])
+    collapsed = [f"mu {c['mu']} lr x {c['lr x']:g}" for c in e["cells"] if c["collapsed"]]
+    vs_card = [f"mu {c['mu']} lr x {c['lr x']:g}" for c in e["cells"] if c.get("collapsed vs card")]
+    return (f"measured on the long-response panel, not on the RL batch: {p['prompts']} fixed {p['n_ops']}-operator "
+            f"chains x {p['samples']} responses sampled from pi_old at every step (budget {p['budget']} tokens; "
+            f"training on the RL split), scored under the policy after the step's mu updates; largest share outside "
+            f"[0.5, 2] at L = 200{where}; slope of log V' on log mu (reported, not judged) {slopes}; L* (tokens at "
+            f"which the sd of the log product reaches log 2) {lstar}; collapsed cells: "
+            f"{', '.join(collapsed) if collapsed else 'none'} (seed-mean training reward below its step-0 value, the "
+            f"base's, for >= 5 consecutive steps; against the base card's accuracy instead: "
+            f"{', '.join(vs_card) if vs_card else 'none'})")
 
 
 VERDICTS = {"S1": verdict_s1}

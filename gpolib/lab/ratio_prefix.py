@@ -35,23 +35,25 @@ TOKENS_FILE = "token_ratios.npz"
 
 
 def save_tokens(path: Path | str, log_rho: np.ndarray, offsets: np.ndarray, step: np.ndarray, prompt: np.ndarray,
-                advantage: np.ndarray) -> None:
+                advantage: np.ndarray, **per_response: np.ndarray) -> None:
     """Write one run's per-token log ratios: `log_rho` (sum of lengths,) float32, response i's tokens at
-    offsets[i]:offsets[i+1]; per response (N,) its step, prompt id within the step and advantage."""
+    offsets[i]:offsets[i+1]; per response (N,) its step, prompt id within the step and advantage, and any further
+    integer arrays (N,) by name (notebook 02's panel: `update`, the minibatch update k after which it was scored)."""
+    extra = {k: np.asarray(v).astype(np.int32) for k, v in per_response.items()}
     np.savez_compressed(path, log_rho=log_rho.astype(np.float32), offsets=offsets.astype(np.int64),
                         step=step.astype(np.int32), prompt=prompt.astype(np.int32),
-                        advantage=advantage.astype(np.float32))
+                        advantage=advantage.astype(np.float32), **extra)
 
 
 def load_tokens(path: Path | str) -> dict:
-    """`save_tokens`'s arrays by name, with `length` (N,) derived from the offsets; a file that does not hold them
-    all is refused, naming it."""
+    """`save_tokens`'s arrays by name (the further per-response ones too), with `length` (N,) derived from the
+    offsets; a file that does not hold the five it always writes is refused, naming it."""
     with np.load(path) as f:
         need = ("log_rho", "offsets", "step", "prompt", "advantage")
         missing = [k for k in need if k not in f.files]
         if missing:
             raise ValueError(f"{path}: not a per-token ratio file (missing {', '.join(missing)})")
-        out = {k: f[k] for k in need}
+        out = {k: f[k] for k in f.files}
     out["length"] = np.diff(out["offsets"])
     return out
 

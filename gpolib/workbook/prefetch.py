@@ -11,7 +11,9 @@ its folder table then says `finished` for every run. A run shared by two noteboo
 is trained once. The queue starts the costliest runs first (`run_cost` x `model_layers`, `pending`), so that no
 long run is left alone at its end.
 
-A notebook takes part when its lab module (`gpolib.lab.<name without the NN_ prefix>`) defines `ARMS`.
+A notebook takes part when its lab module (`gpolib.lab.<name without the NN_ prefix>`) defines `ARMS`, or, for runs
+that are not `train` runs (notebook 02's ratio grid), the hooks `prefetch_runs(params)` (run name -> (config,
+folder)) and `prefetch_train(params, config, folder)`, which trains one of them as the notebook would.
 """
 from __future__ import annotations
 
@@ -52,6 +54,8 @@ def notebook_runs(job: workbook.Job) -> dict:
     from ..lab import runs
 
     module = topic_module(job.name)
+    if hasattr(module, "prefetch_runs"):
+        return module.prefetch_runs(notebook_params(job))
     arms = getattr(module, "ARMS", None)
     if arms is None:
         return {}
@@ -126,15 +130,19 @@ def _die_with_parent(poll_s: float = 0.5) -> None:
 
 def _train_one(item: tuple) -> tuple:
     """Worker: one run on one thread; returns (label, seconds, None), or (label, None, why) for an expected failure
-    (a run another process is writing, bad data: one line, the other runs go on)."""
+    (a run another process is writing, bad data: one line, the other runs go on). item: (label, config, folder[,
+    the notebook's parameters when its folder's notebook trains through `prefetch_train`, else None])."""
     runtime.setup_threads(1)  # OMP_WAIT_POLICY comes from the parent's environment, set before torch loaded
     from ..errors import message
     from ..train import train
 
-    label, cfg, folder = item
+    label, cfg, folder, params = (*item, None)[:4]
     t0 = time.perf_counter()
     try:
-        train(cfg, folder, progress=False)
+        if params is None:
+            train(cfg, folder, progress=False)
+        else:
+            topic_module(Path(folder).parent.name).prefetch_train(params, cfg, folder)
     except Exception as err:
         why = message(err)
         if why is None:
@@ -149,13 +157,16 @@ class PrefetchIncomplete(UserError):
 
 def prefetch(profile: str, only: list | None, n_jobs: int) -> int:
     """Train the pending runs of the selected notebooks with n_jobs one-thread processes; returns how many."""
-    todo = pending(workbook.plan(profile, only, paths.repo_root() / "notebooks"))
+    jobs = workbook.plan(profile, only, paths.repo_root() / "notebooks")
+    todo = pending(jobs)
+    hooked = {job.name: notebook_params(job) for job in jobs if hasattr(topic_module(job.name), "prefetch_train")}
     print(f"{len(todo)} run(s) to train with {n_jobs} process(es)", flush=True)
     for label, _, folder in todo:
         print(f"  {label:40s} {paths.relative(folder)}", flush=True)
     t0, failed = time.perf_counter(), 0
     with mp.get_context("spawn").Pool(n_jobs, initializer=_die_with_parent, maxtasksperchild=1) as pool:
-        for i, (label, secs, why) in enumerate(pool.imap_unordered(_train_one, todo), 1):
+        items = [(label, cfg, folder, hooked.get(Path(folder).parent.name)) for label, cfg, folder in todo]
+        for i, (label, secs, why) in enumerate(pool.imap_unordered(_train_one, items), 1):
             failed += why is not None
             done = f"not trained: {why}" if why else f"done in {secs:.0f} s"
             print(f"[{i}/{len(todo)}] {label} {done} ({time.perf_counter() - t0:.0f} s so far)", flush=True)
