@@ -10,7 +10,7 @@ the mu minibatch updates and, on the MoE, P3's measure. Arms:
 - `moe`: the fine MoE, the fp32 decoder;
 - `moe_bf16`: the fine MoE with notebook 08's engine (bf16 autocast, `gspo_moe.ENGINE`), as its committed runs;
 - `moe_torch`: `moe` with issue 50's switchable changes off for its steps (`issue50_off`): experts by torch in the
-  no-grad passes and the decoder, the experts' LoRA folded at every forward call, new tensors NaN-filled,
+  no-grad passes, the training forward + backward and the decoder, the experts' LoRA folded at every forward call, new tensors NaN-filled,
   `expert_change='full'` (a routing pass over the rollout after every optimiser step; the routing passes' justified
   layout stays): the same process's before / after.
 `moe` and `moe_bf16` log the expert change as the config's default, `expert_change='minibatch'`.
@@ -91,14 +91,14 @@ def issue50_off(trainer: Trainer):
     pack, fold, fill = decoder._pack_experts, P.folded_experts, torch.utils.deterministic.fill_uninitialized_memory
     decoder._pack_experts, P.folded_experts = (lambda w: None), (lambda model: contextlib.nullcontext())
     torch.utils.deterministic.fill_uninitialized_memory = True
-    trainer.policy.experts_kernel = False
+    trainer.policy.experts_kernel = trainer.policy.train_experts_kernel = False
     cfg, trainer.cfg = trainer.cfg, dataclasses.replace(trainer.cfg, expert_change="full")
     try:
         yield
     finally:
         decoder._pack_experts, P.folded_experts = pack, fold
         torch.utils.deterministic.fill_uninitialized_memory = fill
-        trainer.policy.experts_kernel = True
+        trainer.policy.experts_kernel = trainer.policy.train_experts_kernel = True
         trainer.cfg = cfg
 
 
