@@ -23,13 +23,23 @@
 
 namespace {
 
-// out[i] = x[i] / sqrt(mean(x[i]^2) + eps) for m rows of n (strides ld).
-void rms_norm(const float* __restrict x, int64_t m, int64_t n, int64_t ld, float eps, float* __restrict out) {
+// out[i] = x[i] / sqrt(mean(x[i]^2) + eps) for m rows of n (strides ld); the sum of squares in double where `wide`
+// (an MoE model: in float its step's log-probs were further from float64 than the torch path's, 95.4% vs 97.4%
+// within 1e-5 on the embedded 8-expert MoE; a dense model keeps the float sum its runs were sampled with).
+void rms_norm(const float* __restrict x, int64_t m, int64_t n, int64_t ld, float eps, float* __restrict out,
+              bool wide) {
     for (int64_t i = 0; i < m; ++i) {
         const float* xi = x + i * ld;
-        double ss = 0.0;
-        for (int64_t c = 0; c < n; ++c) ss += static_cast<double>(xi[c]) * xi[c];
-        const float r = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
+        float r;
+        if (wide) {
+            double ss = 0.0;
+            for (int64_t c = 0; c < n; ++c) ss += static_cast<double>(xi[c]) * xi[c];
+            r = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
+        } else {
+            float ss = 0.0f;
+            for (int64_t c = 0; c < n; ++c) ss += xi[c] * xi[c];
+            r = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
+        }
         float* oi = out + i * ld;
         for (int64_t c = 0; c < n; ++c) oi[c] = xi[c] * r;
     }
@@ -118,7 +128,7 @@ void rows_step(const Model& m, const Cache& cache, const int64_t* tok, const int
     for (int64_t l = 0; l < m.layers; ++l) {
         const float *w_qkv = ptr(m, l, 0), *b_qkv = ptr(m, l, 1), *hn = ptr(m, l, 2), *w_o = ptr(m, l, 3),
                     *b_o = ptr(m, l, 4), *w_gu = ptr(m, l, 5), *w_down = ptr(m, l, 6);
-        rms_norm(x.data(), n, m.H, m.Hp, m.eps, h.data());
+        rms_norm(x.data(), n, m.H, m.Hp, m.eps, h.data(), m.E > 0);
         gemm(h.data(), m.Hp, n, m.H, w_qkv, m.qkv_p, qkv.data(), m.qkv_p, false);
         for (int64_t i = 0; i < n; ++i) {
             const int64_t b = first + i;
@@ -146,7 +156,7 @@ void rows_step(const Model& m, const Cache& cache, const int64_t* tok, const int
         if (b_o != nullptr)
             for (int64_t i = 0; i < n; ++i)
                 for (int64_t c = 0; c < m.H; ++c) x[i * m.Hp + c] += b_o[c];
-        rms_norm(x.data(), n, m.H, m.Hp, m.eps, h.data());
+        rms_norm(x.data(), n, m.H, m.Hp, m.eps, h.data(), m.E > 0);
         const float* router = ptr(m, l, 7);
         if (router != nullptr) {  // an MoE layer: route each row, then its experts added into x
             gemm(h.data(), m.Hp, n, m.H, router, m.Ep, lg.data(), m.Ep, false);  // (n, Ep) router logits
@@ -166,7 +176,7 @@ void rows_step(const Model& m, const Cache& cache, const int64_t* tok, const int
         }
         gemm(a.data(), m.Ip, n, m.I, w_down, m.Hp, x.data(), m.Hp, true);
     }
-    rms_norm(x.data(), n, m.H, m.Hp, m.eps, h.data());
+    rms_norm(x.data(), n, m.H, m.Hp, m.eps, h.data(), m.E > 0);
     gemm(h.data(), m.Hp, n, m.H, m.head, m.Vp, out + first * m.Vp, m.Vp, false);
 }
 
