@@ -158,7 +158,7 @@ def routing_pass(policy, ro, chunk_rows: int, rows: torch.Tensor | None = None) 
     experts: list = []
     policy.model.eval()
     with torch.inference_mode(), record_routing(policy.model, experts):
-        lp = policy.logps(ro, rows, chunk_rows=chunk_rows, bucket=True, justify=True)  # the record per justified position
+        lp = policy.logps(ro, rows, chunk_rows=chunk_rows, bucket=True, justify=True)  # record per justified position
     return lp.clone(), pass_routes(experts, ro, rows, chunk_rows, len(routers(policy.model)))
 
 

@@ -197,10 +197,10 @@ int gpolib_gemm_f32(const float* a, int64_t lda, int64_t m, int64_t k, const flo
 // One decode step for b rows. dims: layers, H, Hp, nq, nkv, d, I, Ip, V, Vp, qkv_p (padded widths: multiples of
 // 32), vocab (rows of embed), S (rows of cos / sin), and for MoE layers E, Ep, K, Ie, gu_p, norm_topk (0 without);
 // eps; embed (vocab, H); cos, sin (S, d); head packed; w (layers x 10 addresses, see Model; an MoE layer's router
-// packed (H, Ep), its experts packed as gpolib_moe_experts_f32 takes them with h_p = Hp); qk_eps (layers); tok, pos (b,); the cache (pointers and strides as Cache, the t / c
-// strides 1; k_strides = kl, kb, kh, kc and the key rows' allocated columns, v_strides = vl, vb, vh, vt); bias
-// (b nkv, P) or null; out (b, Vp). Returns 0, 1 on invalid sizes, 2 on a token outside the vocabulary or a
-// position outside the RoPE table (nothing computed).
+// packed (H, Ep), its experts packed as gpolib_moe_experts_f32 takes them with h_p = Hp); qk_eps (layers); tok, pos
+// (b,); the cache (pointers and strides as Cache, the t / c strides 1; k_strides = kl, kb, kh, kc and the key rows'
+// allocated columns, v_strides = vl, vb, vh, vt); bias (b nkv, P) or null; out (b, Vp). Returns 0, 1 on invalid
+// sizes, 2 on a token outside the vocabulary or a position outside the RoPE table (nothing computed).
 int gpolib_decode_step_f32(const int64_t* dims, float eps, const float* embed, const float* cos, const float* sin,
                            const float* head, const int64_t* w, const float* qk_eps, const int64_t* tok,
                            const int64_t* pos, int64_t b, int64_t col, float* k, const int64_t* k_strides, float* v,
