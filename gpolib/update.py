@@ -41,8 +41,8 @@ def update(policy: Policy, cfg, baseline, batch: Batch, step: int) -> dict:
              if c.log_expert_change and moe.is_moe(policy.model) else None)
     olds, experts = pi_old(policy, c, batch, minibatches, active, meter)
     policy.model.train()
-    parts = [_minibatch_step(policy, c, batch, mb, active, old, experts, step, meter, j,
-                             measured_rows(minibatches, active, j))
+    parts = [_minibatch_step(policy, c, batch, mb, active, old, experts, step, meter,
+                             (j, j == len(minibatches) - 1, measured_rows(minibatches, active, j)))
              for j, (mb, old) in enumerate(zip(minibatches, olds))]
     names = dict.fromkeys(k for part in parts for k in part)
     out = {k: mean_of(part[k] for part in parts if k in part) for k in names}
@@ -124,13 +124,13 @@ def _recompute_with_routing(policy: Policy, cfg, batch: Batch) -> tuple:
 
 
 def _minibatch_step(policy: Policy, cfg, batch: Batch, mb: torch.Tensor, active: torch.Tensor, old, experts,
-                    step: int, meter: moe.ExpertChange | None = None, j: int = 0, measured=None) -> dict:
+                    step: int, meter: moe.ExpertChange | None = None, where: tuple = (0, True, None)) -> dict:
     """Accumulate gradients over micro-batches of the minibatch's active rows, clip, step; its metrics. With the
     routing-volatility hook `meter`, the routing after the step is measured: 'full' by a pass over every row;
     'minibatch' the `measured` rows, routed by the next minibatch's training forward (its routing recorded here:
     pi_old's in minibatch 0 (j = 0), the previous step's after) or, after the last step or under Routing Replay
-    (whose training forward does not route freely), by a pass over them."""
-    c = cfg
+    (whose training forward does not route freely), by a pass over them. where: (j, last, measured)."""
+    c, (j, last, measured) = cfg, where
     forward = meter is not None and meter.mode == "minibatch" and not experts
     routed: list | None = [] if forward else None  # (micro-batch rows, their routing per layer)
     rows = mb[active[mb]]
@@ -163,7 +163,7 @@ def _minibatch_step(policy: Policy, cfg, batch: Batch, mb: torch.Tensor, active:
         out["loss/policy"] = sum(losses)  # each micro-batch loss is already its share of the minibatch loss
     if meter is not None and meter.mode == "full":
         meter.after_step()
-    elif meter is not None and (not forward or j == c.mu - 1):
+    elif meter is not None and (not forward or last):
         meter.after_step(measured)
     return out
 
