@@ -2,6 +2,8 @@
 after every optimiser step; 'minibatch' the rows the next minibatch trains, recorded in its training forward."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -124,3 +126,12 @@ def test_positions_follow_the_rows_order():
     assert meter.comp.tolist() == [0, 1, 0, 0, 1, 0]
     with pytest.raises(ValueError, match="minibatch"):
         moe.ExpertChange(None, Ro(), chunk_rows=2, mode="every")
+
+
+def test_the_mode_is_checked_and_not_part_of_a_runs_identity():
+    from gpolib import presets
+
+    with pytest.raises(ValueError, match=re.escape("expert_change='every' is invalid; allowed: 'full' | 'minibatch'")):
+        presets.get("gspo", expert_change="every")
+    full, sub = presets.get("gspo", expert_change="full"), presets.get("gspo")
+    assert sub.expert_change == "minibatch" and full.fingerprint() == sub.fingerprint()  # logging only: the same run
