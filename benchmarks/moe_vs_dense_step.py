@@ -10,8 +10,11 @@ the mu minibatch updates and, on the MoE, P3's measure. Arms:
 - `moe`: the fine MoE, the fp32 decoder;
 - `moe_bf16`: the fine MoE with notebook 08's engine (bf16 autocast, `gspo_moe.ENGINE`), as its committed runs;
 - `moe_torch`: `moe` with issue 50's switchable changes off for its steps (`issue50_off`): experts by torch in the
-  no-grad passes and the decoder, the experts' LoRA folded at every forward call, new tensors NaN-filled (the routing
-  passes' justified layout stays): the same process's before / after.
+  no-grad passes, the training forward + backward and the decoder (its MoE layers per layer, not in the whole-step
+  kernel), the experts' LoRA folded at every forward call, new tensors NaN-filled,
+  `expert_change='full'` (a routing pass over the rollout after every optimiser step; the routing passes' justified
+  layout stays): the same process's before / after.
+`moe` and `moe_bf16` log the expert change as the config's default, `expert_change='minibatch'`.
 One process, `--threads` torch threads (a notebook job's: 1), each arm's trainer built once and warmed up by one
 step, then `--repeats` steps per arm, interleaved (order alternating per repeat); step r of every arm samples the
 same prompts (same seed). Printed: seconds per step per arm and repeat, the median of the per-repeat ratio to
@@ -21,10 +24,13 @@ routing passes of P3's measure) 2N per position fed, training forward + backward
 scores left out); the fp32 matmul peak at the same threads (1024^3, best of 8) measured at the start and printed
 beside. The phases:
   rollout, reward      `Trainer.rollout`, `Trainer.score`
-  pi_old               `update.pi_old` (dense: the later minibatches' active rows; MoE: the hook's routing pass over
-                       every row, `moe.ExpertChange.before`, which is also pi_old)
-  expert_change        `moe.ExpertChange.after_step`: the routing of the rollout after each optimiser step (MoE)
-  train_fwd            the training forward passes (`Policy.logps` outside the two above)
+  pi_old               `update.pi_old` (dense: the later minibatches' active rows; MoE: the hook's routing pass,
+                       `moe.ExpertChange.before`, which is also pi_old: over every row ('full') or over the later
+                       minibatches' active rows ('minibatch'))
+  expert_change        `moe.ExpertChange.after_step`: the routing passes after the optimiser steps (MoE; 'full': the
+                       rollout after each step; 'minibatch': the first minibatch's active rows after the last step)
+  train_fwd            the training forward passes (`Policy.logps` outside the two above; 'minibatch': with their
+                       routing recorded)
   backward             from the end of a loss to the next forward or the gradient clip
   optimizer            gradient clip + AdamW + schedule
   other                the rest of the step (advantages, filters, loss, metrics)
@@ -36,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import json
 import os
@@ -50,7 +57,7 @@ import torch.utils.deterministic  # noqa: E402
 from gpolib import moe  # noqa: E402
 from gpolib import policy as P  # noqa: E402
 from gpolib import update as U  # noqa: E402
-from gpolib.engine import decoder  # noqa: E402
+from gpolib.engine import decoder, step_kernel  # noqa: E402
 from gpolib.bench.common import environment, matmul_peak_gflops  # noqa: E402
 from gpolib.lab import gspo_moe  # noqa: E402
 from gpolib.lab.runs import configs  # noqa: E402
@@ -85,13 +92,15 @@ def issue50_off(trainer: Trainer):
     pack, fold, fill = decoder._pack_experts, P.folded_experts, torch.utils.deterministic.fill_uninitialized_memory
     decoder._pack_experts, P.folded_experts = (lambda w: None), (lambda model: contextlib.nullcontext())
     torch.utils.deterministic.fill_uninitialized_memory = True
-    trainer.policy.experts_kernel = False
+    trainer.policy.experts_kernel = trainer.policy.train_experts_kernel = step_kernel.MOE = False
+    cfg, trainer.cfg = trainer.cfg, dataclasses.replace(trainer.cfg, expert_change="full")
     try:
         yield
     finally:
         decoder._pack_experts, P.folded_experts = pack, fold
         torch.utils.deterministic.fill_uninitialized_memory = fill
-        trainer.policy.experts_kernel = True
+        trainer.policy.experts_kernel = trainer.policy.train_experts_kernel = step_kernel.MOE = True
+        trainer.cfg = cfg
 
 
 def active_parameters(model) -> int:

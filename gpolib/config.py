@@ -170,6 +170,12 @@ class TrainConfig:
     log_expert_change: bool = True
     """MoE policies: log `moe/expert_change` (GSPO Sec. 5.3) after each optimiser step, one no-grad routing pass
     each (about a quarter of an MoE step on 2 cores); not part of the run's identity (NOT_IDENTITY)."""
+    expert_change: str = "minibatch"
+    """which rows `moe/expert_change` routes after each optimiser step (`moe.ExpertChange`): 'full', every row of the
+    rollout, by a routing pass after every step (1 + mu passes over the rollout per update); 'minibatch', the rows the
+    next minibatch trains, recorded in its training forward (after the last step the first minibatch's, one pass over
+    them): a subsample estimate of the same share at about 1 / mu of the rows, no extra pass but one over a
+    minibatch. Logging only: not part of the run's identity (NOT_IDENTITY)."""
     adapter_steps: tuple = ()
     """also keep the LoRA adapter after these steps (ints), or these shares of `steps` (floats in (0, 1)), in
     adapter/step-<n>/ (e.g. a fixed-panel evaluation half-way); not part of the run's identity (NOT_IDENTITY)."""
@@ -269,7 +275,7 @@ def _defaults() -> dict:
     return {**out, "loss": LossConfig().identity()}
 
 
-NOT_IDENTITY = ("report_to", "micro_batch_rows", "adapter_steps", "log_expert_change")
+NOT_IDENTITY = ("report_to", "micro_batch_rows", "adapter_steps", "log_expert_change", "expert_change")
 """fields that change where a run's results are shown, how its update is chunked (memory, speed) or which adapters
 it keeps or logs, not what it computes: left out of its identity"""
 

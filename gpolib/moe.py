@@ -15,6 +15,7 @@ import contextlib
 import torch
 
 from .logprobs import chunks
+from .validation import EXPERT_CHANGE_MODES
 
 
 def routers(model) -> list:
@@ -147,61 +148,114 @@ def real_positions(ro) -> torch.Tensor:
     return torch.cat([ro.prompt_mask, ro.completion_mask], dim=1).bool()
 
 
-def routing_pass(policy, ro, chunk_rows: int) -> tuple:
-    """One no-grad pass over every row under the current policy: log-probs (B, T) and each MoE layer's experts, one
-    (N, k) per layer over the N real positions in row-major order (`real_positions`), whatever order the forward
-    passes ran in. The rows run in length-sorted chunks of `chunk_rows` (memory bounded as in training), each cut to
-    its longest row (`logprobs.chunks(trim=True)`) and left-justified as the training forward (no attention mask;
-    each row's real positions first); `benchmarks/README.md` (`moe_update_pass.py`) has its timing."""
+def routing_pass(policy, ro, chunk_rows: int, rows: torch.Tensor | None = None) -> tuple:
+    """One no-grad pass over `rows` (default every row) under the current policy: log-probs (b, T) and each MoE layer's
+    experts at the rows' real positions (`pass_routes`). The rows run in length-sorted chunks of `chunk_rows` (memory
+    bounded as in training), each cut to its longest row (`logprobs.chunks(trim=True)`) and left-justified as the
+    training forward (no attention mask; each row's real positions first); `benchmarks/README.md`
+    (`moe_update_pass.py`) has its timing."""
+    rows = torch.arange(len(ro.lengths)) if rows is None else rows
     experts: list = []
     policy.model.eval()
     with torch.inference_mode(), record_routing(policy.model, experts):
-        lp = policy.logps(ro, chunk_rows=chunk_rows, bucket=True, justify=True)  # the record per justified position
-    layers = stack_by_layer(experts, len(routers(policy.model)))  # per layer (sum_c b_c L_c, k)
-    keep = real_positions(ro)  # (B, P+T)
+        lp = policy.logps(ro, rows, chunk_rows=chunk_rows, bucket=True, justify=True)  # record per justified position
+    return lp.clone(), pass_routes(experts, ro, rows, chunk_rows, len(routers(policy.model)))
+
+
+def pass_routes(store: list, ro, rows: torch.Tensor, chunk_rows: int, n_layers: int) -> list:
+    """The routing record of `Policy.logps(ro, rows, chunk_rows=chunk_rows)` in justified length-sorted chunks (`store`
+    as `record_routing` fills it) -> each layer's experts (N, k) at the N real positions of `rows`, row by row in the
+    order of `rows` and each row's positions in order, whatever order the chunks ran in."""
+    layers = stack_by_layer(store, n_layers)  # per layer (sum_c b_c L_c, k)
+    keep = real_positions(ro)[rows]  # (b, P+T)
     kept, order = [], []
-    for rows, _, _ in chunks(ro.prompt_mask, ro.completion_mask, chunk_rows, trim=True):
-        n_real = keep[rows].sum(dim=1)  # (b,): a justified row holds its real positions first, in row-major order
-        kept.append((torch.arange(int(n_real.max()))[None, :] < n_real[:, None]).reshape(-1))  # (b L,)
-        order.append(rows)
+    for sub, _, _ in chunks(ro.prompt_mask[rows], ro.completion_mask[rows], chunk_rows, trim=True):
+        n_real = keep[sub].sum(dim=1)  # (b_c,): a justified row holds its real positions first, in row-major order
+        kept.append((torch.arange(int(n_real.max()))[None, :] < n_real[:, None]).reshape(-1))  # (b_c L_c,)
+        order.append(sub)
     real = torch.cat(kept)  # (sum_c b_c L_c,) in the order the passes ran
-    rows = torch.cat(order)  # (B,): the rows in chunk order
-    row_of = torch.repeat_interleave(rows, keep.sum(dim=1)[rows])  # (N,): the row of each real position, chunk order
-    index = torch.argsort(row_of, stable=True)  # (N,): chunk order -> row-major order
-    return lp.clone(), [e[real.to(e.device)][index.to(e.device)] for e in layers]
+    sub = torch.cat(order)  # (b,): indices into `rows` in chunk order
+    row_of = torch.repeat_interleave(sub, keep.sum(dim=1)[sub])  # (N,): each real position's index into `rows`
+    index = torch.argsort(row_of, stable=True)  # (N,): chunk order -> the order of `rows`
+    return [e[real.to(e.device)][index.to(e.device)] for e in layers]
 
 
 class ExpertChange:
     """The update's hook for GSPO's routing volatility (Sec. 5.3): the share of the rollout's activated
     completion-token experts that the policy routes elsewhere than pi_old after each optimiser step (`expert_change`),
-    overall and per layer (`moe/expert_change`, `moe/expert_change/l{i}`).
+    overall and per layer, averaged over the update's optimiser steps (`moe/expert_change`, `moe/expert_change/l{i}`).
 
-    `before` takes pi_old's routing: Routing Replay's record, or one routing pass of its own, whose log-probs are
-    pi_old's (the update then needs no other pass before its first step); `after_step` routes the rollout again.
+    pi_old's routing (`before`): Routing Replay's record, or routing passes, whose log-probs are pi_old's (the update
+    then needs no other pass before its first step), or records of training forwards run before the first step
+    (`record`). The routing after a step: a routing pass (`after_step`) or the training forward of the next minibatch,
+    which routes its rows under the updated policy (`measure`). Which rows, `mode` (`update.update` plans them):
+    - 'full': every row of the rollout after every step (1 + mu routing passes over the rollout per update);
+    - 'minibatch': after step j the rows the next minibatch trains (its active rows; after the last step the first
+      minibatch's, routed by one pass over them alone). A subsample estimate of the full measure: the same share over
+      about 1/mu of the rows, rows whose advantage is 0 never among them; equal to 'full' restricted to the same rows
+      (tests/test_moe_expert_change.py).
     Replay's record (one padded pass) and a routing pass route a token alike but for near-ties, the floor of the
-    measure under replay (2.5e-6 of the (token, layer, slot) experts on the fine-grained MoE, benchmarks/README.md)."""
+    measure under replay (2.5e-6 of the (token, layer, slot) experts on the fine-grained MoE, benchmarks/README.md);
+    so do a training forward and a routing pass (the experts by torch vs. the C++ kernel, float32 rounding)."""
 
-    def __init__(self, policy, ro, chunk_rows: int):
-        self.policy, self.ro, self.chunk_rows = policy, ro, chunk_rows
-        self.routes: list | None = None
-        """pi_old's experts per layer at the real positions, row-major"""
+    def __init__(self, policy, ro, chunk_rows: int, mode: str = "full"):
+        if mode not in EXPERT_CHANGE_MODES:
+            raise ValueError(f"mode={mode!r} is invalid; allowed: {', '.join(EXPERT_CHANGE_MODES)}")
+        self.policy, self.ro, self.chunk_rows, self.mode = policy, ro, chunk_rows, mode
+        self.keep = real_positions(ro)  # (B, P+T)
+        self.comp = torch.cat([torch.zeros_like(ro.prompt_mask), ro.completion_mask], dim=1)[self.keep]  # (N,)
+        self.routes: torch.Tensor | None = None
+        """pi_old's experts (L, N, k) at the rollout's N real positions, row-major; -1 where not recorded"""
+        self.changes: list = []
+        """per measured optimiser step: the share per layer (L,)"""
 
-    def before(self, experts: list | None = None):
-        """pi_old's routing: `experts` (a padded per-layer record, Routing Replay's) or a routing pass, whose log-probs
-        (B, T) are returned (None for a record)."""
+    def _positions(self, rows: torch.Tensor) -> torch.Tensor:
+        """(n,) indices into the rollout's row-major real positions of `rows`' real positions, in the order of rows."""
+        n_real = self.keep.sum(dim=1)  # (B,)
+        start = n_real.cumsum(0) - n_real  # (B,)
+        counts = n_real[rows]  # (b,)
+        first = torch.repeat_interleave(counts.cumsum(0) - counts, counts)  # (n,): each position's row's offset
+        return torch.repeat_interleave(start[rows], counts) + torch.arange(int(counts.sum())) - first
+
+    def record(self, rows: torch.Tensor, routes: list) -> None:
+        """pi_old's routing of `rows`: each layer's experts (n, k) at their real positions, in the order of rows."""
+        if self.routes is None:
+            self.routes = torch.full((len(routes), len(self.comp), routes[0].shape[-1]), -1, dtype=torch.long)
+        self.routes[:, self._positions(rows)] = torch.stack(routes).to(self.routes.device)
+
+    def before(self, experts: list | None = None, rows: torch.Tensor | None = None):
+        """pi_old's routing: `experts` (a padded per-layer record of every row, Routing Replay's) or a routing pass over
+        `rows` (default every row), whose log-probs (b, T) are returned (None for a record)."""
         if experts is not None:
-            self.routes = to_real_positions(experts, real_positions(self.ro))
+            self.routes = torch.stack(to_real_positions(experts, self.keep))
             return None
-        lp, self.routes = routing_pass(self.policy, self.ro, self.chunk_rows)
+        rows = torch.arange(len(self.keep)) if rows is None else rows
+        lp, routes = routing_pass(self.policy, self.ro, self.chunk_rows, rows)
+        self.record(rows, routes)
         return lp
 
-    def after_step(self) -> dict:
-        """The metrics of the routing after an optimiser step against pi_old's (the policy left in training mode)."""
-        after = routing_pass(self.policy, self.ro, self.chunk_rows)[1]
+    def measure(self, rows: torch.Tensor, routes: list) -> None:
+        """The change of `rows`' routing under the updated policy (`record`'s layout) from pi_old's, kept per layer."""
+        pos = self._positions(rows)
+        before = self.routes[:, pos]  # (L, n, k)
+        if bool((before < 0).any()):
+            raise RuntimeError("pi_old's routing of some measured rows was never recorded")
+        self.changes.append(expert_change(before, torch.stack(routes).to(before.device), self.comp[pos])[1])
+
+    def after_step(self, rows: torch.Tensor | None = None) -> None:
+        """Route `rows` (default every row) after an optimiser step and measure them (the policy left in training
+        mode)."""
+        rows = torch.arange(len(self.keep)) if rows is None else rows
+        if len(rows):
+            self.measure(rows, routing_pass(self.policy, self.ro, self.chunk_rows, rows)[1])
         self.policy.model.train()
-        comp = torch.cat([torch.zeros_like(self.ro.prompt_mask), self.ro.completion_mask], dim=1)  # (B, P+T)
-        overall, per_layer = expert_change(self.routes, after, comp[real_positions(self.ro)])  # mask (N,)
-        return {"moe/expert_change": overall.item(),
+
+    def metrics(self) -> dict:
+        """The shares averaged over the measured optimiser steps; {} when none was measured."""
+        if not self.changes:
+            return {}
+        per_layer = torch.stack(self.changes).mean(dim=0)  # (L,)
+        return {"moe/expert_change": per_layer.mean().item(),
                 **{f"moe/expert_change/l{i}": v for i, v in enumerate(per_layer.tolist())}}
 
 

@@ -40,20 +40,21 @@ def active() -> bool:
 
 
 @contextlib.contextmanager
-def fused(on: bool = True, experts=None):
+def fused(on: bool = True, experts=None, train_experts=None):
     """Within the block (this thread only), Qwen3 / Qwen3-MoE RMSNorm and RoPE take the written-out path.
 
     experts: where no gradient is recorded, a function computing Qwen3-MoE's routed experts as `experts_forward`
     (hidden, top_k_index, top_k_weights, gate_up_proj, down_proj) -> (N, H), or None where it cannot serve (e.g.
-    `gpolib.engine.grouped_swiglu`, the C++ kernel); None: `experts_forward` throughout."""
+    `gpolib.engine.grouped_swiglu`, the C++ kernel); None: `experts_forward` throughout. train_experts: the same where
+    a gradient is recorded, its result differentiable (e.g. `gpolib.engine.trained_swiglu`)."""
     if on:
         install()  # here, not at import: importing gpolib loads no transformers model code
-    before = active(), getattr(_STATE, "experts", None)
-    _STATE.on, _STATE.experts = on, experts
+    before = active(), getattr(_STATE, "experts", None), getattr(_STATE, "train_experts", None)
+    _STATE.on, _STATE.experts, _STATE.train_experts = on, experts, train_experts
     try:
         yield
     finally:
-        _STATE.on, _STATE.experts = before
+        _STATE.on, _STATE.experts, _STATE.train_experts = before
 
 
 class RMSNormFn(torch.autograd.Function):
@@ -167,11 +168,11 @@ def _is_silu(act_fn) -> bool:
     return isinstance(act_fn, torch.nn.SiLU) or type(act_fn).__name__ == "SiLUActivation"
 
 
-def _no_grad_experts(hidden, index, weights, gate_up, down, act_fn) -> torch.Tensor:
-    """`experts_forward`, or the `fused(experts=...)` block's function where no gradient is recorded and it serves
-    (SiLU experts only, the function's activation)."""
-    fn = getattr(_STATE, "experts", None)
-    if fn is not None and not torch.is_grad_enabled() and _is_silu(act_fn):
+def _kernel_experts(hidden, index, weights, gate_up, down, act_fn) -> torch.Tensor:
+    """`experts_forward`, or the `fused()` block's function where it serves (SiLU experts only, the function's
+    activation): `experts` where no gradient is recorded, `train_experts` where one is."""
+    fn = getattr(_STATE, "train_experts" if torch.is_grad_enabled() else "experts", None)
+    if fn is not None and _is_silu(act_fn):
         out = fn(hidden, index, weights, gate_up, down)
         if out is not None:
             return out
@@ -185,7 +186,7 @@ def _wrap_experts(cls) -> None:
         if EXPERTS and active() and hidden_states.dtype == torch.float32:
             gate_up, down = self.gate_up_proj, self.down_proj  # under peft's LoRA: the adapted weights, read once
             if _plain(hidden_states, gate_up, down, top_k_weights) and grouped_mm_fits(gate_up, down):
-                return _no_grad_experts(hidden_states, top_k_index, top_k_weights, gate_up, down, self.act_fn)
+                return _kernel_experts(hidden_states, top_k_index, top_k_weights, gate_up, down, self.act_fn)
         return own(self, hidden_states, top_k_index, top_k_weights)
 
     forward.gpolib_wrapped = own

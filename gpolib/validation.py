@@ -23,10 +23,11 @@ PROMPT_STYLES = ("auto", "raw", "chat")
 AUTOCAST_DTYPES = ("bfloat16", "float16")
 ROLLOUT_WEIGHTS = ("int8", "w8a8")
 REPORT_TO = ("none", "tensorboard")
+EXPERT_CHANGE_MODES = ("full", "minibatch")
 MISMATCH_CORRECTIONS = ("none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 _CHOICES = {"adv_scale": ADV_SCALES, "overlong": OVERLONG_MODES, "gfpo_metric": GFPO_METRICS,
             "old_logps": OLD_LOGP_SOURCES, "device": DEVICES, "dtype": DTYPES, "prompt_style": PROMPT_STYLES,
-            "report_to": REPORT_TO}
+            "report_to": REPORT_TO, "expert_change": EXPERT_CHANGE_MODES}
 
 
 def fail(name: str, value: Any, allowed: str) -> None:

@@ -394,7 +394,8 @@ def test_loop_logs_the_share_of_activated_experts_one_update_changes(tiny_cfg):
     from gpolib.models import EMBEDDED
     from gpolib.train import Trainer
 
-    tr = Trainer(tiny_cfg("gspo", model=EMBEDDED["moe"], steps=1, train_router=True, mu=1, lr=3e-2))
+    tr = Trainer(tiny_cfg("gspo", model=EMBEDDED["moe"], steps=1, train_router=True, mu=1, lr=3e-2,
+                          expert_change="full"))
     batch = tr.collect(0)
     batch.advantages = torch.linspace(-1, 1, len(batch.correct))
     ids, attn, comp, _ = rollout_sequences(batch.rollout)  # (B, P+T) x3
@@ -406,7 +407,7 @@ def test_loop_logs_the_share_of_activated_experts_one_update_changes(tiny_cfg):
     assert [metrics[f"moe/expert_change/l{i}"] for i in range(4)] == pytest.approx(per_layer.tolist(), abs=1e-6)
     assert set(metrics) <= set(METRICS)
     off = Trainer(tiny_cfg("gspo", model=EMBEDDED["moe"], steps=1, train_router=True, mu=1, lr=3e-2,
-                           log_expert_change=False))
+                           log_expert_change=False, expert_change="minibatch"))
     assert off.cfg.fingerprint() == tr.cfg.fingerprint()  # logging only: the same run
     b = off.collect(0)
     b.advantages = torch.linspace(-1, 1, len(b.correct))
@@ -436,15 +437,17 @@ def test_recorded_router_probs_pick_the_routers_experts():
         assert torch.equal(p.topk(k, dim=-1).indices.sort(-1).values, e.sort(-1).values)
 
 
-def test_loop_takes_pi_old_from_the_routing_pass(tiny_cfg, monkeypatch):
+@pytest.mark.parametrize("mode", ["full", "minibatch"])
+def test_loop_takes_pi_old_from_the_routing_pass(tiny_cfg, monkeypatch, mode):
     """Without Routing Replay, measuring `moe/expert_change` adds no pass before the update: one routing pass gives the
-    routing under pi_old and the later minibatch's pi_old (no `_recompute`), then one routing pass per optimiser step.
+    routing under pi_old and the later minibatch's pi_old (no `_recompute`), then ('full') one routing pass per
+    optimiser step, or ('minibatch') one after the last step alone (the others routed by the training forwards).
     Every pi_old the loss sees is the padded recompute's, row for row, to float32 rounding."""
     from gpolib import update as upd
     from gpolib.models import EMBEDDED
     from gpolib.train import Trainer
 
-    tr = Trainer(tiny_cfg("gspo", model=EMBEDDED["moe"], steps=1, train_router=True, mu=2))
+    tr = Trainer(tiny_cfg("gspo", model=EMBEDDED["moe"], steps=1, train_router=True, mu=2, expert_change=mode))
     batch = tr.collect(0)
     B = len(batch.correct)
     batch.advantages = torch.linspace(-1, 1, B)  # distinct values name the rows
@@ -456,15 +459,15 @@ def test_loop_takes_pi_old_from_the_routing_pass(tiny_cfg, monkeypatch):
     monkeypatch.setattr(upd, "policy_loss", lambda lp, old, adv, *a, **kw: seen.append((old, adv)) or
                         real_loss(lp, old, adv, *a, **kw))
     metrics = tr.update(batch, 0)
-    assert len(passes) == 1 + 2  # pi_old's, then one after each of mu = 2 optimiser steps
+    assert len(passes) == 1 + (2 if mode == "full" else 1)  # pi_old's, then one after each of mu = 2 steps / the last
     assert sum(len(adv) for _, adv in seen) == B and "moe/expert_change" in metrics
     for old, adv in seen:
         rows = (adv[:, None] == batch.advantages[None, :]).nonzero()[:, 1]  # (b,)
         assert (old - ref[rows][:, : old.shape[1]]).abs().max() < 1e-5
 
 
-@pytest.mark.parametrize("replay", [False, True])
-def test_expert_change_is_zero_when_the_update_does_not_move_the_policy(tiny_cfg, replay):
+@pytest.mark.parametrize("replay, mode", [(False, "full"), (True, "full"), (False, "minibatch"), (True, "minibatch")])
+def test_expert_change_is_zero_when_the_update_does_not_move_the_policy(tiny_cfg, replay, mode):
     """lr = 1e-12: the routing after each step is pi_old's, so the logged share is 0 whether pi_old's routing comes
     from the routing pass or from Routing Replay's padded record moved to the real positions (`moe.to_real_positions`);
     a misaligned layout would count about (k - overlap) / k of the slots as changed."""
@@ -472,7 +475,7 @@ def test_expert_change_is_zero_when_the_update_does_not_move_the_policy(tiny_cfg
     from gpolib.train import Trainer
 
     tr = Trainer(tiny_cfg("gspo", model=EMBEDDED["moe"], steps=1, train_router=True, mu=2, lr=1e-12,
-                          routing_replay=replay))
+                          routing_replay=replay, expert_change=mode))
     batch = tr.collect(0)
     batch.advantages = torch.linspace(-1, 1, len(batch.correct))
     metrics = tr.update(batch, 0)

@@ -400,21 +400,28 @@ def test_bf16_experts_held_in_float32_round_as_every_bf16_kernel():
     is one bf16 value, so both paths give exactly the correctly rounded sum there."""
 
 
-def test_float32_moe_experts_by_the_kernel_sample_as_torch(tok, monkeypatch):
-    """kernels='all' on a float32 MoE: each layer's routed experts in one C++ call (`experts_kernel`, issue 50)
-    against the torch path (kernels='attention': grouped matmuls at 32+ tokens, all experts below): the kernel path is
-    taken and gives the same tokens, sampling log-probs equal to float32 rounding."""
-    from gpolib.engine import experts_kernel
+@pytest.mark.parametrize("whole_step", [False, True])
+def test_float32_moe_experts_by_the_kernel_sample_as_torch(tok, monkeypatch, whole_step):
+    """kernels='all' on a float32 MoE: each layer's routed experts in one C++ call (`experts_kernel`, issue 50), or
+    (whole_step) every layer, its routing and experts included, in the decode-step kernel (`step_kernel.MOE`), against
+    the torch path (kernels='attention': grouped matmuls at 32+ tokens, all experts below): the kernel path is taken
+    and gives the same tokens, sampling log-probs equal to float32 rounding."""
+    from gpolib.engine import experts_kernel, step_kernel
 
+    monkeypatch.setattr(step_kernel, "MOE", whole_step)
     model = random_model("moe-fine", tok, torch.float32)
     ids, mask = _prompt_batch(tok, group=16)  # (48, P): steps above and below 32 rows as rows finish
     calls, real = [], experts_kernel.packed_swiglu
     monkeypatch.setattr(experts_kernel, "packed_swiglu", lambda *a, **k: calls.append(1) or real(*a, **k))
+    steps, real_step = [], step_kernel.FusedStep.__call__
+    monkeypatch.setattr(step_kernel.FusedStep, "__call__", lambda *a, **k: steps.append(1) or real_step(*a, **k))
     out = {}
     for kernels in ("all", "attention"):
         torch.manual_seed(3)
         out[kernels] = sample(model, ids, mask, _spec(tok, 24, engine="decoder", plan=(1, 1), kernels=kernels))
-    assert len(calls) >= 24 * 8  # every layer of every step took the kernel under 'all', none under 'attention'
+    # under 'all' only: every step took the whole-step kernel (the experts kernel the prefill's 8 layers alone), or
+    # every layer of the prefill and of every step the experts kernel
+    assert (len(steps) >= 23 and len(calls) == 8) if whole_step else (len(calls) >= 24 * 8 and not steps)
     assert torch.equal(out["all"][0], out["attention"][0])
     cm = completion_masks(out["all"][0], tok.eos_token_id)[0].bool()
     assert (out["all"][1] - out["attention"][1])[cm].abs().max() <= 1e-5

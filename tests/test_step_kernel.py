@@ -1,9 +1,10 @@
-"""gpolib.engine.step_kernel: a whole dense decode step in one C++ call, against the decoder's torch path and float64."""
+"""gpolib.engine.step_kernel: a whole decode step (dense or MoE) in one C++ call, against the decoder's torch path and
+float64."""
 import copy
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, Qwen2Config, Qwen3Config
+from transformers import AutoModelForCausalLM, Qwen2Config, Qwen3Config, Qwen3MoeConfig
 
 from gpolib.engine import native, step_kernel
 from gpolib.engine.decoder import Decoder
@@ -18,13 +19,23 @@ def _model(kind: str):
     'qwen3': the embedded shape (H 128, 4 heads over 2 KV heads of 32, I 344);
     'odd': sizes off every compiled path (H 72, I 100, 3 heads over 1 KV head of 24, vocab 99: padded widths,
            the generic attention product);
-    'qwen2': biases on q, k, v, no head norms."""
+    'qwen2': biases on q, k, v, no head norms;
+    'moe': a Qwen3-MoE (16 experts of width 24, top-4, renormalised), its second layer dense (mlp_only_layers);
+    'moe_odd': a Qwen3-MoE off the panels (H 72, 6 experts of width 20, top-2, not renormalised)."""
     torch.manual_seed(0)
     common = dict(vocab_size=VOCAB, num_hidden_layers=2, max_position_embeddings=128, tie_word_embeddings=True,
                   pad_token_id=0, eos_token_id=1, bos_token_id=None, initializer_range=0.1)
     if kind == "qwen3":
         cfg = Qwen3Config(hidden_size=128, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
                           intermediate_size=344, **common)
+    elif kind == "moe":
+        cfg = Qwen3MoeConfig(hidden_size=128, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                             intermediate_size=64, moe_intermediate_size=24, num_experts=16, num_experts_per_tok=4,
+                             norm_topk_prob=True, mlp_only_layers=[1], **common)
+    elif kind == "moe_odd":
+        cfg = Qwen3MoeConfig(hidden_size=72, num_attention_heads=3, num_key_value_heads=1, head_dim=24,
+                             moe_intermediate_size=20, num_experts=6, num_experts_per_tok=2, norm_topk_prob=False,
+                             **common)
     elif kind == "odd":
         cfg = Qwen3Config(hidden_size=72, num_attention_heads=3, num_key_value_heads=1, head_dim=24,
                           intermediate_size=100, **common)
@@ -57,11 +68,12 @@ def _greedy(weights, steps: int = 20, fused: bool = True, threads: int = 1):
     return torch.stack(logits), dec
 
 
-@pytest.mark.parametrize("kind", ["qwen3", "odd", "qwen2"])
+@pytest.mark.parametrize("kind", ["qwen3", "odd", "qwen2", "moe", "moe_odd"])
 def test_fused_step_is_as_close_to_float64_as_the_torch_path(kind):
-    """The fused step serves float32 dense models; over 20 greedy steps (left padding included) its logits leave
-    the float64 decoder's (equal to the transformers forward, tests/test_sampler.py) by no more than twice the
-    torch path's float32 error, pick the same tokens, and leave the same keys and values in the cache."""
+    """The fused step serves float32 dense and MoE models; over 20 greedy steps (left padding included) its logits
+    leave the float64 decoder's (equal to the transformers forward, tests/test_sampler.py) by no more than twice the
+    torch path's float32 error, pick the same tokens, and leave the same keys and values in the cache (MoE: a
+    routing that differed would move the logits by far more)."""
     model = _model(kind)
     fused, dec_f = _greedy(read(model, 64))
     plain, dec_p = _greedy(read(model, 64), fused=False)
@@ -75,10 +87,11 @@ def test_fused_step_is_as_close_to_float64_as_the_torch_path(kind):
     assert torch.allclose(dec_f.v[:, :, :, :end], dec_p.v[:, :, :, :end], atol=1e-5)
 
 
-def test_threads_split_rows_without_changing_a_bit():
+@pytest.mark.parametrize("kind", ["qwen3", "moe"])
+def test_threads_split_rows_without_changing_a_bit(kind):
     """Each row runs on one thread through every layer: the split changes no arithmetic."""
-    one, _ = _greedy(read(_model("qwen3"), 64), threads=1)
-    three, _ = _greedy(read(_model("qwen3"), 64), threads=3)
+    one, _ = _greedy(read(_model(kind), 64), threads=1)
+    three, _ = _greedy(read(_model(kind), 64), threads=3)
     assert torch.equal(one, three)
 
 
@@ -100,21 +113,25 @@ def test_gate_and_up_are_padded_separately():
     assert flat[:, 3:32].abs().sum() == 0 and flat[:, 35:].abs().sum() == 0
 
 
-def test_only_dense_float32_cpu_weights_are_served():
+def test_only_float32_cpu_weights_are_served(monkeypatch):
     model = _model("qwen3")
     assert step_kernel.supports(read(model, 32))
     assert not step_kernel.supports(read(copy.deepcopy(model).double(), 32))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert not step_kernel.supports(read(model, 32))
     w = read(model, 32)
-    moe_like = {**w, "layers": [{k: v for k, v in lw.items() if k != "w_gu"} for lw in w["layers"]]}
-    assert not step_kernel.supports(moe_like)
+    no_mlp = {**w, "layers": [{k: v for k, v in lw.items() if k != "w_gu"} for lw in w["layers"]]}
+    assert not step_kernel.supports(no_mlp)
+    moe = read(_model("moe"), 32)
+    assert step_kernel.supports(moe) and Decoder(moe, 2, 32, kernels="all").fused_step is not None
+    monkeypatch.setattr(step_kernel, "MOE", False)  # MoE layers per layer (for comparisons)
+    assert not step_kernel.supports(moe) and step_kernel.supports(w)
     assert Decoder(w, 2, 32, kernels="all").fused_step is not None
     per_layer, torch_only = Decoder(w, 2, 32, kernels="attention"), Decoder(w, 2, 32, kernels="none")
     assert per_layer.fused and per_layer.fused_step is None and not torch_only.fused and torch_only.fused_step is None
     with pytest.raises(ValueError, match="kernels='step' is invalid"):
         Decoder(w, 2, 32, kernels="step")
-    with pytest.raises(ValueError, match="dense model's float32"):
+    with pytest.raises(ValueError, match="supported model's float32"):
         step_kernel.FusedStep(read(copy.deepcopy(model).double(), 32))
 
 

@@ -13,8 +13,8 @@ whole, by name, to the bottom of the engine. Where the work happens:
   attention_kernel.py  a decode step's attention in one C++ call per layer
   native.py            builds and loads kernels/*.cpp; the kernel setting (`KERNELS`, `kernels_setting`)
   kernel_choice.py     the default kernels: whichever ran fastest on this CPU, timed once per machine
-  experts_kernel.py    an MoE layer's routed experts in one C++ call (forward only: the decoder, the trainer's
-                       no-grad passes through `grouped_swiglu`)
+  experts_kernel.py    an MoE layer's routed experts in one C++ call (the decoder, the trainer's no-grad passes
+                       through `grouped_swiglu`; forward and backward for its training forward, `trained_swiglu`)
   vllm_backend.py      vLLM's `LLM.generate` with the policy as a LoRA adapter (`PolicyEngine`, `vllm_sample`)
 The loop (`gpolib.rollout`, `gpolib.train`) imports this package only, never its modules.
 """
@@ -24,7 +24,7 @@ import torch
 
 from ..lora import merged_lora
 from . import attention_kernel, experts_kernel, kernel_choice
-from .experts_kernel import grouped_swiglu
+from .experts_kernel import grouped_swiglu, trained_swiglu
 from .loop import HFNet, after_eos_padded, decode_loop
 from .native import KERNELS
 from .plan import Planner, run
@@ -34,7 +34,8 @@ from .vllm_backend import make_engine as make_vllm_engine
 from .weights import for_engine
 
 __all__ = ["ENGINES", "INSTALL_HINT", "KERNELS", "PLANNER", "Planner", "PolicyEngine", "SampleSpec", "grouped_swiglu",
-           "kernels_built", "no_grad_experts", "make_vllm_engine", "sample", "vllm_sample"]
+           "kernels_built", "no_grad_experts", "make_vllm_engine", "sample", "train_experts", "trained_swiglu",
+           "vllm_sample"]
 
 PLANNER = Planner()
 """the plans of this process's decoder batches, used by `sample` unless a call passes its own planner"""
@@ -73,3 +74,10 @@ def no_grad_experts():
     `grouped_swiglu` where it is built and this machine's kernel choice is not 'none' (`kernel_choice.default`),
     else None (torch's grouped path)."""
     return grouped_swiglu if experts_kernel.available() and kernel_choice.default() != "none" else None
+
+
+def train_experts():
+    """The MoE experts function for the trainer's training forward (`qwen_ops.fused(train_experts=...)`): the C++
+    kernels' `trained_swiglu` (forward and backward) where built and this machine's kernel choice is not 'none', else
+    None (torch's grouped path)."""
+    return trained_swiglu if experts_kernel.available() and kernel_choice.default() != "none" else None

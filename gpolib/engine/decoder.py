@@ -10,10 +10,11 @@ position tensors rebuilt every step. `Decoder` computes with the weights of `wei
     columns of the scores only (left padding never reaches the generated columns);
   - a RoPE table for positions 0..S-1 from the model's own rotary module;
   - finished rows leave the batch through `keep` (one copy of the used columns).
-A float32 decode step on the CPU of a dense model is one call of the C++ kernel of `step_kernel` (every layer, all
-rows); of a MoE model (or with kernels='attention'), the attention is one call per layer of `attention_kernel`'s
-(scores, padding bias, softmax and values in one pass over the cache), the rest torch but for an MoE layer's routed
-experts, one call of `experts_kernel`'s with kernels='all' (float32). Where the kernels are not
+A float32 decode step on the CPU of a dense or MoE model is one call of the C++ kernel of `step_kernel` (every layer,
+an MoE layer's routing and experts included, all rows); with kernels='attention' (or `step_kernel.MOE` off for an
+MoE model), the attention is one call per layer of `attention_kernel`'s (scores, padding bias, softmax and values in
+one pass over the cache), the rest torch but for an MoE layer's routed experts, one call of `experts_kernel`'s with
+kernels='all' (float32; the prefill's MoE layers too). Where the kernels are not
 built, with kernels='none', and in other dtypes or on other devices, the step is torch throughout (attention as
 bmm, softmax, bmm).
 Every equation is the model's own: RMSNorm x / sqrt(mean(x^2) + eps) in fp32 (weight in the next

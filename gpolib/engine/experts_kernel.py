@@ -1,4 +1,5 @@
-"""An MoE layer's routed experts in one C++ call, forward only: `kernels/moe_experts.cpp`, through ctypes (issue 50).
+"""An MoE layer's routed experts in one C++ call, forward and backward: `kernels/moe_experts.cpp`, through ctypes
+(issue 50).
 
 On the CPU, torch's grouped matmul (`torch.nn.functional.grouped_mm`) is one matmul call per expert: for the
 fine-grained embedded MoE (64 experts of width 16, top-8) a layer is 128 small matmuls, with a gather, a stable sort
@@ -11,7 +12,10 @@ rounding: tests/test_experts_kernel.py).
 `grouped_swiglu` serves float32 CPU tensors where the library is built; the trainer's no-grad passes reach it through
 `gpolib.engine.no_grad_experts` (only where the machine's kernel choice is not 'none': on a CPU where the C++ kernels
 run slower than torch, torch stays) and `qwen_ops.fused(experts=...)` (`Policy.logps`), the float32 decoder with
-kernels='all' through `pack_right` in its layer weights. No gradient: a caller that needs one keeps the torch path.
+kernels='all' through `pack_right` in its layer weights. `trained_swiglu` is the same forward with a gradient
+(`SwigluFn`: the backward kernel, `gpolib_moe_experts_backward_f32`, gives the gradients of the tokens, the routing
+weights and both stacked weights, so peft's LoRA on the experts and a trained router receive theirs through autograd),
+for the training forward (`gpolib.engine.train_experts`, `qwen_ops.fused(train_experts=...)`).
 """
 from __future__ import annotations
 
@@ -32,6 +36,14 @@ def _function():
                                                      ptr, i64])
 
 
+@functools.lru_cache(maxsize=1)
+def _backward_function():
+    """gpolib_moe_experts_backward_f32 of the built library, or None."""
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    return native.function("gpolib_moe_experts_backward_f32", [ptr, ptr, i64, i64, ptr, ptr, i64, i64, i64, ptr, i64,
+                                                              ptr, i64, ptr, ptr, ptr, ptr, ptr])
+
+
 def available() -> bool:
     """The kernel is built for this machine."""
     return _function() is not None
@@ -47,14 +59,15 @@ def pack_right(gate_up: torch.Tensor, down: torch.Tensor) -> tuple:
     """Stacked experts that multiply from the right (the decoder's layout), gate_up (E, H, 2I) [gate | up columns]
     and down (E, I, H) -> the kernel's: gate_up (E, gu_p / NR, H, NR) and down (E, h_p / NR, I, NR), panels of NR
     columns zero-padded to multiples of NR."""
-    E, H, I2 = gate_up.shape
-    I = down.shape[1]
-    gu = torch.zeros(E, H, padded(I2), dtype=torch.float32)
-    gu[:, :, :I2] = gate_up
-    dn = torch.zeros(E, I, padded(H), dtype=torch.float32)
-    dn[:, :, :H] = down
-    return (gu.view(E, H, -1, NR).transpose(1, 2).contiguous(),
-            dn.view(E, I, -1, NR).transpose(1, 2).contiguous())
+    return panels(gate_up), panels(down)
+
+
+def panels(b: torch.Tensor) -> torch.Tensor:
+    """Stacked right factors (E, K, n) -> (E, n_p / NR, K, NR) float32: panels of NR columns, zero-padded to n_p."""
+    E, K, n = b.shape
+    out = torch.zeros(E, K, padded(n), dtype=torch.float32)
+    out[:, :, :n] = b
+    return out.view(E, K, -1, NR).transpose(1, 2).contiguous()
 
 
 def packed_swiglu(x: torch.Tensor, idx: torch.Tensor, w: torch.Tensor, packed: tuple,
@@ -100,3 +113,62 @@ def grouped_swiglu(hidden: torch.Tensor, idx: torch.Tensor, w: torch.Tensor, gat
             or any(t.dtype != torch.float32 or t.device.type != "cpu" for t in ts):
         return None
     return packed_swiglu(hidden, idx, w, pack(gate_up.detach(), down.detach()))
+
+
+def swiglu_backward(x: torch.Tensor, dy: torch.Tensor, idx: torch.Tensor, w: torch.Tensor, gate_up: torch.Tensor,
+                    down: torch.Tensor, packed: tuple | None = None) -> tuple:
+    """The gradients of `packed_swiglu`'s output for its gradient dy (N, H) (the equations in kernels/moe_experts.cpp):
+    dx (N, H), dw (N, k), d gate_up (E, 2I, H), d down (E, H, I); float32 CPU tensors, H a multiple of NR. packed:
+    `pack(gate_up, down)` where the caller has it."""
+    E, I2, H = gate_up.shape
+    I, (N, k) = I2 // 2, idx.shape
+    fn = _backward_function()
+    if fn is None:
+        raise RuntimeError("gpolib's C++ kernels are unavailable on this machine")
+    if H % NR or x.shape != (N, H) or dy.shape != (N, H) or w.shape != (N, k) or down.shape != (E, H, I):
+        raise ValueError(f"x {tuple(x.shape)}, dy {tuple(dy.shape)}, idx {tuple(idx.shape)}, w {tuple(w.shape)}, "
+                         f"experts {tuple(gate_up.shape)}, {tuple(down.shape)} do not match (H a multiple of {NR})")
+    gu = (packed or pack(gate_up, down))[0]
+    down_p, rows_p = panels(down), panels(gate_up)  # down_e (H, I) and gate_up_e (2I, H) as right factors
+    x, dy, idx, w = x.contiguous(), dy.contiguous(), idx.to(torch.int64).contiguous(), w.contiguous()
+    dx, dw = torch.empty(N, H), torch.empty(N, k)
+    dgu, ddn_t = torch.empty(E, I2, H), torch.empty(E, I, H)
+    code = fn(x.data_ptr(), dy.data_ptr(), N, H, idx.data_ptr(), w.data_ptr(), k, E, I, gu.data_ptr(), gu.shape[1] * NR,
+              down_p.data_ptr(), down_p.shape[1] * NR, rows_p.data_ptr(), dx.data_ptr(), dw.data_ptr(), dgu.data_ptr(),
+              ddn_t.data_ptr())
+    if code == 2:
+        raise ValueError(f"an expert index outside [0, {E})")
+    if code:
+        raise ValueError(f"experts backward kernel refused sizes N={N} H={H} k={k} E={E} I={I}")
+    return dx, dw, dgu, ddn_t.transpose(1, 2)
+
+
+class SwigluFn(torch.autograd.Function):
+    """`packed_swiglu` with its gradients (`swiglu_backward`): hidden (N, H), idx (N, k), w (N, k), gate_up (E, 2I, H),
+    down (E, H, I) -> (N, H)."""
+
+    @staticmethod
+    def forward(ctx, hidden, idx, w, gate_up, down):
+        packed = pack(gate_up.detach(), down.detach())
+        ctx.save_for_backward(hidden, idx, w, gate_up, down)
+        ctx.packed = packed
+        return packed_swiglu(hidden.detach(), idx, w.detach(), packed)
+
+    @staticmethod
+    def backward(ctx, dy):
+        hidden, idx, w, gate_up, down = ctx.saved_tensors
+        dx, dw, dgu, ddn = swiglu_backward(hidden.detach(), dy, idx, w.detach(), gate_up.detach(), down.detach(),
+                                           ctx.packed)
+        return dx, None, dw, dgu, ddn
+
+
+def trained_swiglu(hidden: torch.Tensor, idx: torch.Tensor, w: torch.Tensor, gate_up: torch.Tensor,
+                   down: torch.Tensor):
+    """`qwen_ops.experts_forward`'s result with its gradient by the kernels (`SwigluFn`), hidden (N, H), idx (N, k),
+    w (N, k), gate_up (E, 2I, H), down (E, H, I) -> (N, H); None where they cannot serve (not built, another dtype
+    or device, H not a multiple of NR): the caller then computes it itself."""
+    ts = (hidden, w, gate_up, down)
+    if not available() or _backward_function() is None or hidden.shape[-1] % NR \
+            or any(t.dtype != torch.float32 or t.device.type != "cpu" for t in ts):
+        return None
+    return SwigluFn.apply(hidden, idx, w, gate_up, down)

@@ -1,4 +1,4 @@
-"""A whole decode step of a dense model in one C++ call: `kernels/decode_step.cpp`, through ctypes.
+"""A whole decode step of a dense or MoE model in one C++ call: `kernels/decode_step.cpp`, through ctypes.
 
 With the attention fused (`attention_kernel`), a float32 decode step of the embedded model was still ~30 torch
 calls per layer: small matmuls at half the CPU's peak and ~100 elementwise ops per step (norms, head norms,
@@ -7,8 +7,10 @@ RoPE, cache writes, SiLU), each paying a fixed dispatch cost, under the GIL that
 register-blocked matmuls on weights packed here once per read (`pack`), the same equations as `decoder.Decoder`'s
 torch path (see the source's header), the rows split over `threads` with no barrier between layers.
 
-Served: dense Qwen3 / Qwen2 weights (`weights.read`) in float32 on the CPU, where `native` built the library, unless
-the decoder's kernels are 'attention' or 'none'; MoE models, other dtypes and devices keep the per-layer path.
+Served: dense Qwen3 / Qwen2 and Qwen3-MoE weights (`weights.read`) in float32 on the CPU, where `native` built the
+library, unless the decoder's kernels are 'attention' or 'none'; an MoE layer routes each row (softmax, top-k) and
+adds its experts as the per-layer experts kernel does (issue 50; `MOE`); other dtypes and devices and 8-bit
+activations keep the per-layer path.
 Tested against that path, the float64 decoder and the transformers forward (tests/test_step_kernel.py,
 tests/test_sampler.py).
 """
@@ -95,12 +97,25 @@ def available() -> bool:
     return _function() is not None
 
 
+MOE = True
+"""MoE layers in the whole step (issue 50); False: an MoE model's step runs per layer (for comparisons)"""
+MLP = {"dense": ("w_gu", "w_down"), "moe": ("router", "e_gu", "e_down")}
+"""a layer's MLP matrices by kind"""
+
+
+def _kind(lw: dict) -> str:
+    return "dense" if "w_gu" in lw else "moe"
+
+
 def supports(weights: dict) -> bool:
-    """The weights are a dense model's (no MoE layer) in float32 on the CPU, without quantized activations
-    ('w8a8', `quant`), and the kernel is available."""
-    mats = [weights["embed"], weights["head"]] + [lw[k] for lw in weights["layers"] for k in ("w_qkv", "w_o")]
-    return (all(t.dtype == torch.float32 and t.device.type == "cpu" for t in mats) and weights["d"] % 2 == 0
-            and all("w_gu" in lw and lw.get("act_q") is None for lw in weights["layers"]) and available())
+    """The weights are a dense model's, or a Qwen3-MoE's (where `MOE`), in float32 on the CPU, without quantized
+    activations ('w8a8', `quant`), and the kernel is available."""
+    layers = weights["layers"]
+    mats = [weights["embed"], weights["head"]] + [lw.get(k) for lw in layers for k in ("w_qkv", "w_o", *MLP[_kind(lw)])]
+    return (all(t is not None and t.dtype == torch.float32 and t.device.type == "cpu" for t in mats)
+            and weights["d"] % 2 == 0
+            and all(lw.get("act_q") is None for lw in layers) and (MOE or all(_kind(lw) == "dense" for lw in layers))
+            and available())
 
 
 def for_weights(weights: dict) -> "FusedStep":
@@ -111,32 +126,46 @@ def for_weights(weights: dict) -> "FusedStep":
         return weights["fused_step"]
 
 
+def _packed_experts(lw: dict) -> tuple:
+    """An MoE layer's experts packed for the experts kernel (`experts_kernel.pack_right`; the decoder's if packed)."""
+    from . import experts_kernel  # here: experts_kernel imports this module's panel width
+    return lw["experts_packed"] if "experts_packed" in lw else experts_kernel.pack_right(lw["e_gu"], lw["e_down"])
+
+
 class FusedStep:
-    """Dense float32 weights packed for `kernels/decode_step.cpp`, and the call of one decode step."""
+    """Float32 weights (dense or MoE) packed for `kernels/decode_step.cpp`, and the call of one decode step."""
 
     def __init__(self, weights: dict):
         if not supports(weights):
-            raise ValueError("the fused step takes a dense model's float32 CPU weights, with the kernel built")
+            raise ValueError("the fused step takes a supported model's float32 CPU weights, with the kernel built")
         layers = weights["layers"]
         H, V = weights["head"].shape
         nq, nkv, d = weights["n_q"], weights["n_kv"], weights["d"]
-        I = layers[0]["w_down"].shape[0]
+        dense = [lw for lw in layers if _kind(lw) == "dense"]
+        moe = [lw for lw in layers if _kind(lw) == "moe"]
+        I = dense[0]["w_down"].shape[0] if dense else 0
+        E, Ie = moe[0]["e_gu"].shape[0] if moe else 0, moe[0]["e_down"].shape[1] if moe else 0
         self.V = V
         self.dims = torch.tensor([len(layers), H, padded(H), nq, nkv, d, I, padded(I), V, padded(V),
-                                  padded((nq + 2 * nkv) * d), weights["embed"].shape[0], weights["cos"].shape[0]],
-                                 dtype=torch.int64)
+                                  padded((nq + 2 * nkv) * d), weights["embed"].shape[0], weights["cos"].shape[0],
+                                  E, padded(E), moe[0]["top_k"] if moe else 0, Ie, padded(2 * Ie),
+                                  int(bool(moe[0]["norm_topk"])) if moe else 0], dtype=torch.int64)
+        if any((lw["e_gu"].shape[0], lw["e_down"].shape[1], lw["top_k"], bool(lw["norm_topk"]))
+               != (E, Ie, int(self.dims[15]), bool(self.dims[18])) for lw in moe):
+            raise ValueError("the fused step takes MoE layers of one shape and routing")
         self.eps = float(weights["eps"])
         self.embed, self.cos, self.sin = (weights[k].contiguous() for k in ("embed", "cos", "sin"))
         self.head = pack(weights["head"])
         self.keep = []  # every tensor whose address the kernel reads
         addresses = []
         for lw in layers:
-            ts = [pack(lw["w_qkv"]), lw["b_qkv"], lw["qk_norm"], pack(lw["w_o"]), lw["b_o"],
-                  _pack_gate_up(lw["w_gu"]), pack(lw["w_down"])]
+            mlp = ([_pack_gate_up(lw["w_gu"]), pack(lw["w_down"]), None, None, None] if _kind(lw) == "dense"
+                   else [None, None, pack(lw["router"]), *_packed_experts(lw)])
+            ts = [pack(lw["w_qkv"]), lw["b_qkv"], lw["qk_norm"], pack(lw["w_o"]), lw["b_o"], *mlp]
             ts = [None if t is None else t.contiguous() for t in ts]
             self.keep += [t for t in ts if t is not None]
             addresses += [0 if t is None else t.data_ptr() for t in ts]
-        self.addresses = torch.tensor(addresses, dtype=torch.int64)  # (layers x 7)
+        self.addresses = torch.tensor(addresses, dtype=torch.int64)  # (layers x 10)
         self.qk_eps = torch.tensor([lw["qk_eps"] or 0.0 for lw in layers], dtype=torch.float32)
 
     def __call__(self, tok: torch.Tensor, pos: torch.Tensor, col: int, k: torch.Tensor, v: torch.Tensor,

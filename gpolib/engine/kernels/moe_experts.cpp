@@ -1,59 +1,15 @@
-// A Qwen3-MoE layer's routed experts in one call, forward only, for the trainer's no-grad passes (gpolib/qwen_ops.py)
+// A Qwen3-MoE layer's routed experts in one call, forward and backward, for the trainer's passes (gpolib/qwen_ops.py)
 // and the float32 decoder (gpolib/engine/decoder.py); gpolib/engine/experts_kernel.py packs the weights and calls it.
 //
 // For N tokens x (N, H), each routed to k experts idx (N, k) with weights w (N, k):
 //     out_n = sum_j down_e( silu(gate_e x_n) * up_e x_n * w_nj ),   e = idx[n, j]
 // as gpolib.qwen_ops.experts_forward computes it: the (token, slot) pairs grouped by expert in slot order (a stable
 // counting sort), each expert's rows gathered and multiplied by its packed [gate | up] and down matrices (gemm.h),
-// the routing weight on the (rows, I) SwiGLU product, and each token's slots summed in expert order. On the CPU,
-// torch's grouped matmul is one matmul call per expert, with a gather, a sort and a scatter around it; here the
-// whole layer is one call, its small products in registers.
+// the routing weight on the (rows, I) SwiGLU product, and each token's slots summed in expert order (experts.h). On
+// the CPU, torch's grouped matmul is one matmul call per expert, with a gather, a sort and a scatter around it; here
+// the whole layer is one call, its small products in registers.
 #include "attention.h"
-#include "gemm.h"
-
-namespace {
-
-// `micro` of gemm.h with A's and C's rows given by pointers: C[i] (NR floats) [+]= A[i] (k) B for one packed panel.
-// The gathered rows of an expert are read where they lie and its output added into the tokens' rows, no copy.
-template <int MR>
-void micro_rows(const float* const* a, const float* __restrict bp, int64_t k, float* const* c, int64_t col,
-                bool accumulate) {
-    vec16 c0[MR], c1[MR];
-    for (int i = 0; i < MR; ++i) c0[i] = c1[i] = vec16{};
-    for (int64_t p = 0; p < k; ++p) {
-        const vec16 b0 = load16(bp + p * NR), b1 = load16(bp + p * NR + W);
-        for (int i = 0; i < MR; ++i) {
-            const float ai = a[i][p];
-            c0[i] += ai * b0;
-            c1[i] += ai * b1;
-        }
-    }
-    for (int i = 0; i < MR; ++i) {
-        float* ci = c[i] + col;
-        if (accumulate) {
-            c0[i] += load16(ci);
-            c1[i] += load16(ci + W);
-        }
-        store16(ci, c0[i]);
-        store16(ci + W, c1[i]);
-    }
-}
-
-using MicroRows = void (*)(const float* const*, const float*, int64_t, float* const*, int64_t, bool);
-constexpr MicroRows MICRO_ROWS[9] = {nullptr, micro_rows<1>, micro_rows<2>, micro_rows<3>, micro_rows<4>,
-                                     micro_rows<5>, micro_rows<6>, micro_rows<7>, micro_rows<8>};
-
-// C[i][0, n_p) [+]= A[i] (k) B for m rows given by pointers, B packed as gemm.h's `gemm` takes it.
-void gemm_rows(const float* const* a, int64_t m, int64_t k, const float* bp, int64_t n_p, float* const* c,
-               bool accumulate) {
-    for (int64_t j = 0; j < n_p; j += NR)
-        for (int64_t i = 0; i < m; i += MR_MAX) {
-            const int64_t rows = m - i < MR_MAX ? m - i : MR_MAX;
-            MICRO_ROWS[rows](a + i, bp + j * k, k, c + i, j, accumulate);
-        }
-}
-
-}  // namespace
+#include "experts.h"
 
 extern "C" {
 
@@ -67,48 +23,83 @@ int gpolib_moe_experts_f32(const float* x, int64_t N, int64_t H, const int64_t* 
     if (N < 0 || H <= 0 || k <= 0 || E <= 0 || I <= 0 || gu_p % NR != 0 || gu_p < 2 * I || h_p % NR != 0 ||
         h_p < H)
         return 1;
-    const int64_t S = N * k;
-    std::vector<int64_t> start(E + 1, 0);
-    for (int64_t s = 0; s < S; ++s) {
-        if (idx[s] < 0 || idx[s] >= E) return 2;
-        ++start[idx[s] + 1];
-    }
+    std::vector<int64_t> start, order;
     int64_t most = 0;
-    for (int64_t e = 0; e < E; ++e) {
-        most = start[e + 1] > most ? start[e + 1] : most;
-        start[e + 1] += start[e];
-    }
-    std::vector<int64_t> order(S), next(start.begin(), start.end() - 1);
-    for (int64_t s = 0; s < S; ++s) order[next[idx[s]]++] = s;  // slots grouped by expert, in slot order
+    if (!group_by_expert(idx, N * k, E, start, order, most)) return 2;
     if (accumulate == 0) std::memset(out, 0, sizeof(float) * N * H);
-    // H a multiple of NR: each expert's output rows are added into the tokens' rows directly; else through y
-    const bool direct = H % NR == 0;
-    std::vector<float> g(most * gu_p), a(most * I), y(direct ? 0 : most * h_p);
-    std::vector<const float*> xr(most), ar(most);
-    std::vector<float*> gr(most), outr(most);
+    experts_add(x, H, H, w, k, E, I, gate_up, gu_p, down, h_p, out, H, start, order, most);
+    return 0;
+}
+
+// The backward of gpolib_moe_experts_f32 for the output's gradient dy (N, H) (issue 50, the training pass). For each
+// (token, slot) pair with expert e, g = gate_e x, u = up_e x, s = sigmoid(g), p = silu(g) u, a = w p:
+//     da = down_e^T dy,  dw = <da, p>,  dp = w da,  du = dp silu(g),  dg = dp u s (1 + g (1 - s)),
+//     dx += gate_e^T dg + up_e^T du,  dgate_up_e += [dg | du] x^T,  ddown_e += dy a^T,
+// each expert's rows read in place, its weight gradients as two matmuls over its rows (gemm.h). x, dy (N, H)
+// contiguous, H a multiple of NR; idx, w (N, k); gate_up packed as the forward takes it; down_p: each down_e (H, I)
+// as (H, i_p) panels (i_p a multiple of NR >= I); gate_up_rows: each gate_up_e (2I, H) as (2I, H) panels. Written
+// (overwritten): dx (N, H), dw (N, k), dgate_up (E, 2I, H), ddown_t (E, I, H) = d down_e transposed. Returns 0, 1 on
+// invalid sizes, 2 on an expert index outside [0, E) (nothing written).
+int gpolib_moe_experts_backward_f32(const float* x, const float* dy, int64_t N, int64_t H, const int64_t* idx,
+                                    const float* w, int64_t k, int64_t E, int64_t I, const float* gate_up,
+                                    int64_t gu_p, const float* down_p, int64_t i_p, const float* gate_up_rows,
+                                    float* dx, float* dw, float* dgate_up, float* ddown_t) {
+    if (N < 0 || H <= 0 || H % NR != 0 || k <= 0 || E <= 0 || I <= 0 || gu_p % NR != 0 || gu_p < 2 * I ||
+        i_p % NR != 0 || i_p < I)
+        return 1;
+    std::vector<int64_t> start, order;
+    int64_t most = 0;
+    if (!group_by_expert(idx, N * k, E, start, order, most)) return 2;
+    std::memset(dx, 0, sizeof(float) * N * H);
+    std::memset(dgate_up, 0, sizeof(float) * E * 2 * I * H);
+    std::memset(ddown_t, 0, sizeof(float) * E * I * H);
+    const int64_t I2 = 2 * I;
+    std::vector<float> g(most * gu_p), da(most * i_p), dgu(most * I2), dgu_t(I2 * most), a_t(I * most),
+        xp(most * H), dyp(most * H);
+    std::vector<const float*> xr(most), dyr(most), dgur(most);
+    std::vector<float*> gr(most), dar(most), dxr(most);
     for (int64_t r = 0; r < most; ++r) {
         gr[r] = &g[r * gu_p];
-        ar[r] = &a[r * I];
+        dar[r] = &da[r * i_p];
+        dgur[r] = &dgu[r * I2];
     }
     for (int64_t e = 0; e < E; ++e) {
         const int64_t first = start[e], rows = start[e + 1] - first;
         if (rows == 0) continue;
-        for (int64_t r = 0; r < rows; ++r) {  // the expert's tokens, read in place
-            xr[r] = x + (order[first + r] / k) * H;
-            outr[r] = direct ? out + (order[first + r] / k) * H : &y[r * h_p];
-        }
-        gemm_rows(xr.data(), rows, H, gate_up + e * H * gu_p, gu_p, gr.data(), false);  // (rows, gu_p)
-        for (int64_t r = 0; r < rows; ++r) {
-            const float* g_r = gr[r];
-            const float wr = w[order[first + r]];
-            for (int64_t c = 0; c < I; ++c) a[r * I + c] = silu(g_r[c]) * g_r[I + c] * wr;
-        }
-        gemm_rows(ar.data(), rows, I, down + e * I * h_p, h_p, outr.data(), direct);  // out rows += (rows, H)
-        if (!direct)
-            for (int64_t r = 0; r < rows; ++r) {
-                float* o = out + (order[first + r] / k) * H;
-                for (int64_t c = 0; c < H; ++c) o[c] += y[r * h_p + c];
+        for (int64_t r = 0; r < rows; ++r) {  // the expert's tokens, read in place, and packed as panels of NR
+            const int64_t t = order[first + r] / k;
+            xr[r] = x + t * H;
+            dyr[r] = dy + t * H;
+            dxr[r] = dx + t * H;
+            for (int64_t j = 0; j < H; j += NR) {
+                std::memcpy(&xp[j * rows + r * NR], xr[r] + j, sizeof(float) * NR);
+                std::memcpy(&dyp[j * rows + r * NR], dyr[r] + j, sizeof(float) * NR);
             }
+        }
+        gemm_rows(xr.data(), rows, H, gate_up + e * H * gu_p, gu_p, gr.data(), false);  // [g | u] (rows, gu_p)
+        gemm_rows(dyr.data(), rows, H, down_p + e * H * i_p, i_p, dar.data(), false);   // da (rows, i_p)
+        for (int64_t r = 0; r < rows; ++r) {
+            const int64_t slot = order[first + r];
+            const float wr = w[slot];
+            float dot = 0.0f;
+            for (int64_t c = 0; c < I; ++c) {
+                const float gv = g[r * gu_p + c], uv = g[r * gu_p + I + c], d = da[r * i_p + c];
+                const float en = exp_nonpositive(gv < 0.0f ? gv : -gv);
+                const float sg = (gv < 0.0f ? en : 1.0f) / (1.0f + en), sl = gv * sg;  // sigmoid(g), silu(g)
+                const float p = sl * uv, dp = d * wr;
+                const float dg = dp * uv * sg * (1.0f + gv * (1.0f - sg)), du = dp * sl;
+                dot += d * p;
+                dgu[r * I2 + c] = dg;
+                dgu[r * I2 + I + c] = du;
+                dgu_t[c * rows + r] = dg;
+                dgu_t[(I + c) * rows + r] = du;
+                a_t[c * rows + r] = p * wr;
+            }
+            dw[slot] = dot;
+        }
+        gemm_rows(dgur.data(), rows, I2, gate_up_rows + e * I2 * H, H, dxr.data(), true);  // dx rows += (rows, H)
+        gemm(dgu_t.data(), rows, I2, rows, xp.data(), H, dgate_up + e * I2 * H, H, false);   // (2I, H)
+        gemm(a_t.data(), rows, I, rows, dyp.data(), H, ddown_t + e * I * H, H, false);       // (I, H)
     }
     return 0;
 }
