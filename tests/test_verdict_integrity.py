@@ -117,3 +117,21 @@ def test_precision_seeds_are_committed_as_the_records_ask():
     rows = [r for v in committed.values() for r in v]
     assert rows and all(r["seeds"] is None or r["seeds"] >= 3 for r in rows)
     assert all(r["at_most_8"] == (r["seeds"] is not None and r["seeds"] <= 8) for r in rows)
+
+
+def test_precision_reads_a_claim_judged_by_one_comparison(tmp_path):
+    """A record whose judgement is one comparison (no parts, no word or text of its own, as C7's) is listed under its
+    claim's verdict and result: n = 17 for sd 0.0283 at delta 0.03 (t(0.975, 16) 0.0283 / sqrt(17) = 0.01456 <= 0.015;
+    at n = 16, 2.131 x 0.0283 / 4 = 0.01508 > 0.015)."""
+    import json
+    from gpolib.lab import precision
+    eq = {"delta": 0.03, "line": -0.03, "interval90": [-0.039, 0.056], "equivalent": False, "sd": 0.0283, "df": 2,
+          "precision_seeds": 17}
+    rec = {"id": "C7", "notebook": "10_family_round2", "verdict": "inconclusive",
+           "ours": "held-out accuracy, top 20% - all: mean +0.008", "judgement": {"mean": 0.008, "equivalence": eq}}
+    (tmp_path / "C7.json").write_text(json.dumps(rec))
+    assert precision.table(tmp_path) == {"10": [{"claim": "C7", "comparison": "held-out accuracy, top 20% - all",
+                                                 "sd": 0.0283, "df": 2, "delta": 0.03, "seeds": 17,
+                                                 "at_most_8": False}]}
+    (tmp_path / "C7.json").write_text(json.dumps({**rec, "verdict": "reproduced"}))
+    assert precision.table(tmp_path) == {}
