@@ -25,7 +25,7 @@ import functools
 import torch
 
 from . import native
-from .step_kernel import NR, padded
+from .panels import NR, padded
 
 
 @functools.lru_cache(maxsize=1)

@@ -22,16 +22,9 @@ import threading
 
 import torch
 
-from . import native
-
-NR = 32
-"""the kernel's panel width: packed matrices have their columns zero-padded to a multiple of this"""
+from . import experts_kernel, native
+from .panels import NR, padded
 _PACKING = threading.Lock()
-
-
-def padded(n: int) -> int:
-    """n rounded up to a multiple of NR."""
-    return -(-n // NR) * NR
 
 
 def pack(w: torch.Tensor) -> torch.Tensor:
@@ -128,7 +121,6 @@ def for_weights(weights: dict) -> "FusedStep":
 
 def _packed_experts(lw: dict) -> tuple:
     """An MoE layer's experts packed for the experts kernel (`experts_kernel.pack_right`; the decoder's if packed)."""
-    from . import experts_kernel  # here: experts_kernel imports this module's panel width
     return lw["experts_packed"] if "experts_packed" in lw else experts_kernel.pack_right(lw["e_gu"], lw["e_down"])
 
 
