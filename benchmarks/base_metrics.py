@@ -170,7 +170,7 @@ def main(argv=None) -> None:
             m["routing"] = routing(model.eval(), tok, load_tasks(default_task_path("heldout")), args.max_new_tokens)
         print(json.dumps({"arch": arch, **m}))
         if args.write_card:
-            from gpolib.pretrain import write_model_card
+            from gpolib.model_card import write_model_card
 
             write_model_card(EMBEDDED[arch], m)
 

@@ -167,7 +167,7 @@ def test_per_layer_term_in_batch_step_is_the_mean_of_the_micro_batches():
 
 
 def test_rebuild_command_names_every_recipe_field():
-    from gpolib.pretrain import rebuild_command
+    from gpolib.model_card import rebuild_command
 
     rc = {"arch": "moe-balanced", "steps": 120, "seed": 1, "micro_batches": 4, "init": "data/models/tiny-qwen3-moe-fine",
           "lr": 3e-4, "warmup": 10, "aux_coef": 0.2, "aux_per_layer": True}
