@@ -185,6 +185,8 @@ class ExpertChange:
         self.policy, self.ro, self.chunk_rows = policy, ro, chunk_rows
         self.routes: list | None = None
         """pi_old's experts per layer at the real positions, row-major"""
+        self.old_logps: torch.Tensor | None = None
+        """pi_old's log-probs (B, T) from its own routing pass (None under a replay record): `update_ratios`' base"""
 
     def before(self, experts: list | None = None):
         """pi_old's routing: `experts` (a padded per-layer record, Routing Replay's) or a routing pass, whose log-probs
@@ -193,16 +195,35 @@ class ExpertChange:
             self.routes = to_real_positions(experts, real_positions(self.ro))
             return None
         lp, self.routes = routing_pass(self.policy, self.ro, self.chunk_rows)
+        self.old_logps = lp
         return lp
 
     def after_step(self) -> dict:
         """The metrics of the routing after an optimiser step against pi_old's (the policy left in training mode)."""
-        after = routing_pass(self.policy, self.ro, self.chunk_rows)[1]
+        lp, after = routing_pass(self.policy, self.ro, self.chunk_rows)
         self.policy.model.train()
         comp = torch.cat([torch.zeros_like(self.ro.prompt_mask), self.ro.completion_mask], dim=1)  # (B, P+T)
         overall, per_layer = expert_change(self.routes, after, comp[real_positions(self.ro)])  # mask (N,)
+        ratios = {} if self.old_logps is None else update_ratios(self.old_logps, lp, self.ro.completion_mask)
         return {"moe/expert_change": overall.item(),
-                **{f"moe/expert_change/l{i}": v for i, v in enumerate(per_layer.tolist())}}
+                **{f"moe/expert_change/l{i}": v for i, v in enumerate(per_layer.tolist())}, **ratios}
+
+
+def update_ratios(old_logps: torch.Tensor, logps: torch.Tensor, mask: torch.Tensor) -> dict:
+    """How far an optimiser step moved the likelihoods of the rollout tokens whose routing `ExpertChange` measures
+    (the same tokens, the same pass): over the completion tokens of `mask` (B, T), log rho_t = logp - old_logp
+    (B, T each): its std (`moe/update_log_ratio_std`), the largest token ratio max_t rho_t (`moe/update_max_ratio`),
+    KL(pi_old || pi) by k3 = rho - 1 - log rho on pi_old's tokens (`moe/update_kl`); and the std over responses of
+    GSPO's sequence log ratio mean_t log rho_t (Eq. 7, `moe/update_seq_log_ratio_std`)."""
+    m = mask.bool()
+    log_r = (logps - old_logps).double()  # (B, T)
+    tok = log_r[m]  # (n,)
+    seq = (log_r * m).sum(dim=1) / m.sum(dim=1).clamp(min=1)  # (B,)
+    seq = seq[m.any(dim=1)]
+    return {"moe/update_log_ratio_std": tok.std(unbiased=False).item() if tok.numel() else 0.0,
+            "moe/update_max_ratio": tok.exp().max().item() if tok.numel() else 1.0,
+            "moe/update_kl": (tok.exp() - 1 - tok).mean().item() if tok.numel() else 0.0,
+            "moe/update_seq_log_ratio_std": seq.std(unbiased=False).item() if seq.numel() else 0.0}
 
 
 MARGIN_QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
