@@ -68,19 +68,10 @@ def run(args) -> dict:
 
 
 def table(results: Path) -> str:
-    """Markdown: one row per setting, the lowest expert share / uniform over the layers, dead experts per layer,
-    the premise, accuracy."""
-    rows = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
-    lines = ["| setting | aux coef | form | steps | min share / uniform (worst layer) | dead experts per layer | "
-             "max share / uniform (worst layer) | premise | held-out accuracy | train s |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        ro, E = r["routing"], round(1 / r["routing"]["uniform_share"])
-        lines.append(f"| {r['setting']} | {r['coef']:g} | {'per layer' if r['per_layer'] else 'pooled'} | {r['steps']} "
-                     f"| {E * min(ro['expert_share_min']):.2f} | {'/'.join(map(str, ro['dead_experts']))} "
-                     f"| {E * max(ro['expert_share_max']):.2f} | {r['premise']} | {r['accuracy']:.3f} "
-                     f"({r['acc_prompts']} x {r['acc_G']}) | {r['train_s']:.0f} |")
-    return "\n".join(lines)
+    """The collected sweep as markdown (`model_card.sweep_table`, as the balanced model's card shows it)."""
+    from gpolib.model_card import sweep_table
+
+    return "\n".join(sweep_table([json.loads(line) for line in results.read_text().splitlines() if line.strip()]))
 
 
 def main(argv=None) -> None:

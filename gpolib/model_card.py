@@ -104,6 +104,55 @@ def _routing_lines(routing: dict | None) -> list[str]:
             "pooled over layers (a small margin: a small router change swaps the k-th expert).", ""]
 
 
+def balance_lines(routing: dict | None) -> list[str]:
+    """Per layer, the lowest and highest expert share of the routed held-out (token, slot) pairs as multiples of the
+    uniform share 1/E, and the experts never routed (`dead_experts`, when recorded): P3's premise is min >= 0.25."""
+    if not routing:
+        return []
+    n_experts = round(1 / routing["uniform_share"])
+    dead = routing.get("dead_experts") or ["-"] * len(routing["expert_share_min"])
+    rows = [f"| {i} | {lo * n_experts:.2f} | {hi * n_experts:.2f} | {d} |"
+            for i, (lo, hi, d) in enumerate(zip(routing["expert_share_min"], routing["expert_share_max"], dead))]
+    return ["## Load balance", "", f"Per layer, each expert's share of the routed held-out (token, slot) pairs as a "
+            f"multiple of the uniform share 1/{n_experts} (P3's premise: min >= 0.25 in every layer), and the experts "
+            "no held-out token was routed to:", "", "| layer | min share / uniform | max share / uniform | dead experts |",
+            "|---|---|---|---|", *rows, ""]
+
+
+def sweep_table(rows: list) -> list[str]:
+    """Markdown rows of a load-balancing sweep (`benchmarks/moe_balance_sweep.py`'s JSON lines): per setting the
+    worst layer's lowest and highest expert share over uniform, dead experts per layer, P3's premise, accuracy."""
+    lines = ["| setting | aux coef | form | steps | min share / uniform (worst layer) | dead experts per layer | "
+             "max share / uniform (worst layer) | premise | held-out accuracy (T = 1) | train s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ro = r["routing"]
+        n_experts = round(1 / ro["uniform_share"])
+        form = "-" if not r["steps"] else "per layer" if r["per_layer"] else "pooled"
+        lines.append(f"| {r['setting']} | {r['coef']:g} | {form} | {r['steps']} "
+                     f"| {n_experts * min(ro['expert_share_min']):.2f} | {'/'.join(map(str, ro['dead_experts']))} "
+                     f"| {n_experts * max(ro['expert_share_max']):.2f} | {'met' if ro['premise'] == 'reproduced' else 'not met'} | {r['accuracy']:.3f} "
+                     f"({r['acc_prompts']} x {r['acc_G']}) | {r['train_s']:.0f} |")
+    return lines
+
+
+SWEEP = "benchmarks/moe_balance_sweep.jsonl"
+"""the load-balancing sweep that chose the balanced MoE's recipe (repository-relative)"""
+
+
+def _sweep_lines(log: dict) -> list[str]:
+    """For a model trained on with its own load-balancing coefficient (`init` and `aux_coef` set): the sweep that
+    chose it, when the repository holds it."""
+    rc, f = log["config"], repo_root() / SWEEP
+    if not (rc.get("init") and rc.get("aux_coef") is not None and f.is_file()):
+        return []
+    rows = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+    return ["## How the recipe was chosen", "", f"`{SWEEP}` (`benchmarks/moe_balance_sweep.py`): each setting "
+            f"continues `{rc['init']}` at lr {rc['lr']} on one thread under a shared machine's load (train s: wall "
+            "time), then measures the routing of one sample per prompt of 64 held-out prompts and the accuracy of 256 "
+            "held-out prompts x 4 samples:", "", *sweep_table(rows), ""]
+
+
 def _card_text(log: dict, cfg: dict, metrics: dict | None) -> str:
     arch = cfg["architectures"][0]
     head = [f"# {Path(log['config']['out']).name}: embedded base policy ({arch})", "",
@@ -115,5 +164,6 @@ def _card_text(log: dict, cfg: dict, metrics: dict | None) -> str:
     router = (["With LoRA the routers stay frozen unless `TrainConfig(train_router=True)`, which trains each",
                "layer's router weight `mlp.gate.weight` in full (GSPO Sec. 5.3 experiments).", ""]
               if "num_experts_per_tok" in cfg else [])
-    lines = head + _arch_lines(log, cfg, arch) + router + _recipe_lines(log, cfg) + _metrics_lines(metrics)
+    lines = (head + _arch_lines(log, cfg, arch) + router + _recipe_lines(log, cfg)
+             + balance_lines((metrics or {}).get("routing")) + _sweep_lines(log) + _metrics_lines(metrics))
     return "\n".join(lines)

@@ -176,3 +176,16 @@ def test_rebuild_command_names_every_recipe_field():
                                    "--aux-per-layer")
     assert rebuild_command({"arch": "dense", "steps": 800, "seed": 0}) == \
         "python -m gpolib pretrain --arch dense --steps 800 --seed 0"
+
+
+def test_card_balance_table_and_sweep_rows():
+    """The card's load-balance table: shares as multiples of 1/E (E = 64 from uniform_share 0.0156), dead experts."""
+    from gpolib.model_card import balance_lines, sweep_table
+
+    routing = {"uniform_share": 0.0156, "expert_share_min": [0.0, 0.0078125], "expert_share_max": [0.0625, 0.03125],
+               "dead_experts": [3, 0], "premise": "not reproduced"}
+    lines = balance_lines(routing)
+    assert "| 0 | 0.00 | 4.00 | 3 |" in lines and "| 1 | 0.50 | 2.00 | 0 |" in lines
+    row = {"setting": "s", "coef": 0.2, "per_layer": True, "steps": 120, "train_s": 300.4, "accuracy": 0.4012,
+           "acc_prompts": 256, "acc_G": 4, "routing": routing}
+    assert sweep_table([row])[-1] == "| s | 0.2 | per layer | 120 | 0.00 | 3/0 | 4.00 | not met | 0.401 (256 x 4) | 300 |"

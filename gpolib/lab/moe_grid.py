@@ -153,13 +153,13 @@ def dose_figure(table: pd.DataFrame, paper: float = 0.10, level: float = 0.05):
         for (mode, mu), cells in table.sort_values("lr_mult").groupby(["mode", "mu"], sort=True):
             ax.plot(cells.lr_mult, 100 * cells[key], ls=styles.get(mu, "-."), marker="o", color=colours[mode],
                     label=f"{MODE_LABELS[mode]}, mu {mu}")
-            bad = cells[cells.collapsed.astype(bool)]
-            ax.scatter(bad.lr_mult, 100 * bad[key], marker="x", s=80, color="black", zorder=3)
-        ax.axhline(100 * paper, ls="--", c="grey", lw=1)
-        ax.axhline(100 * level, ls=":", c="grey", lw=1)
+        bad = table[table.collapsed.astype(bool)]
+        ax.scatter(bad.lr_mult, 100 * bad[key], marker="x", s=80, color="black", zorder=3, label="collapsed")
+        ax.axhline(100 * paper, ls="--", c="grey", lw=1, label=f"paper ~{100 * paper:.0f}%")
+        ax.axhline(100 * level, ls=":", c="grey", lw=1, label=f"P3's level {100 * level:.0f}%")
         ax.set(xscale="log", yscale="log", xlabel=f"lr / {DEFAULT_LR:g} (all-parameter cells: x their KL scale)",
                ylabel="activated experts changed per update (%)")
-        plots.title(ax, "P3", f"{what}; x = collapsed; dashed paper ~10%, dotted 5%")
+        plots.title(ax, "P3", what)
     axes[0].legend(fontsize=7)
     fig.tight_layout()
     return fig
