@@ -1,6 +1,6 @@
 """The cost of one cell of P3's grid: seconds per RL step of a grid cell (full profile: 16 prompts x 8, mu, the
 bf16 rollout engine, a routing pass after every optimiser step), per mode, on one thread, with the machine's load
-beside (`os.getloadavg`); the whole grid estimated from it. Writes one JSON line per call to
+(`os.getloadavg`) and one thread's fp32 matmul peak beside; the whole grid estimated from it. Writes one JSON line per call to
 benchmarks/moe_grid_cost.jsonl.
 
     python benchmarks/moe_grid_cost.py --mu 8 --steps 2
@@ -20,6 +20,7 @@ OUT = Path(__file__).with_name("moe_grid_cost.jsonl")
 
 def main(argv=None) -> None:
     from gpolib import presets
+    from gpolib.bench.common import matmul_peak_gflops
     from gpolib.lab.moe_grid import BALANCED, grid_arms
     from gpolib.train import Trainer, train_step
 
@@ -30,7 +31,7 @@ def main(argv=None) -> None:
     p.add_argument("--model", default=BALANCED)
     p.add_argument("--full-lr-scale", type=float, default=0.1)
     args = p.parse_args(argv)
-    torch.set_num_threads(1)
+    peak = matmul_peak_gflops(threads=1)  # sets one thread
     cells = grid_arms(lr_mults=[1], mus=[args.mu], modes=args.modes, full_lr_scale=args.full_lr_scale,
                       steps=args.steps, eval_prompts=1, model=args.model)
     for arm, spec in cells.items():
@@ -44,7 +45,8 @@ def main(argv=None) -> None:
             row = train_step(trainer, step)
             rows.append({"wall_s": round(time.perf_counter() - t, 1), "rollout_s": round(row["time/rollout_s"], 1),
                          "train_s": round(row["time/train_s"], 1), "len": round(row["len/mean"], 1)})
-        out = {"cell": arm, "model": args.model, "threads": torch.get_num_threads(), "init_s": round(t_init, 1),
+        out = {"cell": arm, "model": args.model, "threads": torch.get_num_threads(),
+               "matmul_peak_gflops_1thread": round(peak, 1), "init_s": round(t_init, 1),
                "steps": rows, "load_1min": [round(load0, 2), round(os.getloadavg()[0], 2)]}
         with open(OUT, "a") as fh:
             fh.write(json.dumps(out) + "\n")

@@ -122,14 +122,14 @@ def balance_lines(routing: dict | None) -> list[str]:
 def sweep_table(rows: list) -> list[str]:
     """Markdown rows of a load-balancing sweep (`benchmarks/moe_balance_sweep.py`'s JSON lines): per setting the
     worst layer's lowest and highest expert share over uniform, dead experts per layer, P3's premise, accuracy."""
-    lines = ["| setting | aux coef | form | steps | min share / uniform (worst layer) | dead experts per layer | "
+    lines = ["| setting | aux coef | form | steps | lr | min share / uniform (worst layer) | dead experts per layer | "
              "max share / uniform (worst layer) | premise | held-out accuracy (T = 1) | train s |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         ro = r["routing"]
         n_experts = round(1 / ro["uniform_share"])
         form = "-" if not r["steps"] else "per layer" if r["per_layer"] else "pooled"
-        lines.append(f"| {r['setting']} | {r['coef']:g} | {form} | {r['steps']} "
+        lines.append(f"| {r['setting']} | {r['coef']:g} | {form} | {r['steps']} | {r['lr'] if r['steps'] else '-'} "
                      f"| {n_experts * min(ro['expert_share_min']):.2f} | {'/'.join(map(str, ro['dead_experts']))} "
                      f"| {n_experts * max(ro['expert_share_max']):.2f} | {'met' if ro['premise'] == 'reproduced' else 'not met'} | {r['accuracy']:.3f} "
                      f"({r['acc_prompts']} x {r['acc_G']}) | {r['train_s']:.0f} |")
@@ -148,7 +148,7 @@ def _sweep_lines(log: dict) -> list[str]:
         return []
     rows = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
     return ["## How the recipe was chosen", "", f"`{SWEEP}` (`benchmarks/moe_balance_sweep.py`): each setting "
-            f"continues `{rc['init']}` at lr {rc['lr']} on one thread under a shared machine's load (train s: wall "
+            f"continues `{rc['init']}` (warm-up 10 steps, cosine to 10%) on one thread under a shared machine's load (train s: wall "
             "time), then measures the routing of one sample per prompt of 64 held-out prompts and the accuracy of 256 "
             "held-out prompts x 4 samples:", "", *sweep_table(rows), ""]
 

@@ -187,5 +187,26 @@ def test_card_balance_table_and_sweep_rows():
     lines = balance_lines(routing)
     assert "| 0 | 0.00 | 4.00 | 3 |" in lines and "| 1 | 0.50 | 2.00 | 0 |" in lines
     row = {"setting": "s", "coef": 0.2, "per_layer": True, "steps": 120, "train_s": 300.4, "accuracy": 0.4012,
-           "acc_prompts": 256, "acc_G": 4, "routing": routing}
-    assert sweep_table([row])[-1] == "| s | 0.2 | per layer | 120 | 0.00 | 3/0 | 4.00 | not met | 0.401 (256 x 4) | 300 |"
+           "acc_prompts": 256, "acc_G": 4, "routing": routing, "lr": 3e-4}
+    assert sweep_table([row])[-1] == "| s | 0.2 | per layer | 120 | 0.0003 | 0.00 | 3/0 | 4.00 | not met | 0.401 (256 x 4) | 300 |"
+
+
+def test_balanced_moe_loads_and_routes_as_the_standard_class():
+    """The load-balanced fine MoE is a plain Qwen3MoeForCausalLM: transformers' own class, loaded with no gpolib code,
+    picks the same top-8 experts per token and layer as the workbook's loader, and gives the same logits."""
+    from transformers import Qwen3MoeForCausalLM
+
+    from gpolib.models import EMBEDDED, load_policy, router_topk
+
+    path = EMBEDDED["moe-balanced"]
+    plain = Qwen3MoeForCausalLM.from_pretrained(path).eval()
+    ours, tok = load_policy(path, lora_r=0)
+    ids = tok(["47*6+13*7=?\n", "5*5-3=?\n"], return_tensors="pt", padding=True)
+    with torch.no_grad():
+        a = router_topk(plain, ids.input_ids, ids.attention_mask)
+        b = router_topk(ours.eval(), ids.input_ids, ids.attention_mask)
+        la = plain(**ids).logits
+        lb = ours(**ids).logits
+    assert a.shape[0] == 8 and a.shape[-1] == 8
+    assert torch.equal(a.sort(-1).values, b.sort(-1).values)
+    torch.testing.assert_close(la, lb, rtol=1e-4, atol=1e-4)
