@@ -67,7 +67,9 @@ def _recipe_lines(log: dict, cfg: dict) -> list[str]:
             + (f" Each batch in {rc['micro_batches']} micro-batches of rows of similar length (less padding; "
                "`PretrainConfig.micro_batches`)." if rc.get("micro_batches", 1) > 1 else ""),
             f"- Wall time: {log['wall_s']} s on {log['torch_threads']} CPU threads; "
-            f"final loss {log['loss'][-1]:.4f} (curve in `train_log.json`).", "",
+            f"final loss {log['loss'][-1]:.4f} (curve in `train_log.json`"
+            + ("; the loss includes the balancing term, coefficient x k at a uniform load" if rc.get("aux_per_layer")
+               else "") + ").", "",
             "Rebuild:", "", "```",
             rebuild_command(rc),
             f"python benchmarks/base_metrics.py --arch {rc['arch']} --write-card", "```", ""]
@@ -156,8 +158,9 @@ def _sweep_lines(log: dict) -> list[str]:
 def _card_text(log: dict, cfg: dict, metrics: dict | None) -> str:
     arch = cfg["architectures"][0]
     head = [f"# {Path(log['config']['out']).name}: embedded base policy ({arch})", "",
-            "Character-level policy for the arithmetic-chain task of `gpolib.tasks`, trained from scratch",
-            "by supervised learning. It is the base policy of the workbook's RL experiments.", "",
+            "Character-level policy for the arithmetic-chain task of `gpolib.tasks`, trained by supervised learning"
+            + (" (continued from another model's weights: the recipe below)." if log["config"].get("init") else
+               " from scratch."), "It is a base policy of the workbook's RL experiments.", "",
             "Prompt `47*6+13*7=?\\n` (left to right); completion: one line per step (a product either direct,",
             "`295*7=2065`, or long, `295*7:5*7=35,9*7+3=66,2*7+6=20;295*7=2065`), final line `A=<int>`, then `<eos>`. Load with `gpolib.models.load_policy(path)` or",
             "`AutoModelForCausalLM.from_pretrained(path)` / `AutoTokenizer.from_pretrained(path)`.", ""]
