@@ -11,6 +11,7 @@ setting per call, one JSON line appended to `--results`; `--table` prints the co
     python benchmarks/moe_balance_sweep.py --work SCRATCH --coef 0.2 --per-layer
     python benchmarks/moe_balance_sweep.py --work SCRATCH --coef 0   # the fine MoE itself, untouched (steps 0)
     python benchmarks/moe_balance_sweep.py --table
+    python benchmarks/moe_balance_sweep.py --premise data/models/tiny-qwen3-moe-balanced --n-prompts 512
 """
 from __future__ import annotations
 
@@ -67,6 +68,32 @@ def run(args) -> dict:
     return out
 
 
+def premise_on_more_prompts(paths: list, n_prompts: int, seeds=(0, 1)) -> list:
+    """P3's premise of each model on one sample of each of the first `n_prompts` held-out prompts (the card reads 64),
+    per sampling seed: the lowest expert share per layer over uniform, dead experts, the premise's word. Printed,
+    appended to benchmarks/moe_balance_premise_<n>.jsonl."""
+    import base_metrics
+
+    from gpolib.lab.gspo_moe import load_balance
+    from gpolib.models import load_policy
+    from gpolib.tasks import default_task_path, load_tasks
+
+    base_metrics.ROUTING_PROMPTS = n_prompts
+    rows, out = load_tasks(default_task_path("heldout")), []
+    for path in paths:
+        model, tok = load_policy(path, lora_r=0)
+        for seed in seeds:
+            torch.manual_seed(seed)
+            r = base_metrics.routing(model.eval(), tok, rows, 192)
+            out.append({"model": path, "prompts": n_prompts, "seed": seed, "n_tokens": r["n_tokens"],
+                        "min_over_uniform": [round(x * round(1 / r["uniform_share"]), 3) for x in r["expert_share_min"]],
+                        "dead": r["dead_experts"], "premise": load_balance(r).word})
+            print(json.dumps(out[-1]), flush=True)
+    with open(Path(__file__).with_name(f"moe_balance_premise_{n_prompts}.jsonl"), "a") as fh:
+        fh.writelines(json.dumps(o) + "\n" for o in out)
+    return out
+
+
 def table(results: Path) -> str:
     """The collected sweep as markdown (`model_card.sweep_table`, as the balanced model's card shows it)."""
     from gpolib.model_card import sweep_table
@@ -89,9 +116,15 @@ def main(argv=None) -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--results", type=Path, default=RESULTS)
     p.add_argument("--table", action="store_true", help="print the collected sweep as a markdown table")
+    p.add_argument("--premise", nargs="+", metavar="MODEL", help="P3's premise of these models on --n-prompts held-out "
+                   "prompts (one sample each, sampling seeds 0 and 1), instead of a sweep setting")
     args = p.parse_args(argv)
     if args.table:
         print(table(args.results))
+        return
+    if args.premise:
+        torch.set_num_threads(args.threads)
+        premise_on_more_prompts(args.premise, args.n_prompts)
         return
     torch.set_num_threads(args.threads)
     print(json.dumps(run(args)))
