@@ -99,7 +99,18 @@ def routing(model, tok, rows: list, max_new_tokens: int) -> dict:
                          chunk_rows=len(ro.texts), bucket=False)
     comp = torch.cat([torch.zeros_like(ro.prompt_mask), ro.completion_mask], dim=1)  # (B, P+T)
     stats = moe.routing_stats(probs, comp.reshape(-1), model.config.num_experts_per_tok)
-    return {"n_prompts": len(ro.texts), **stats}
+    return {"n_prompts": len(ro.texts), **stats,
+            "dead_experts": dead_experts(probs, comp.reshape(-1), model.config.num_experts_per_tok)}
+
+
+def dead_experts(probs: list, mask: torch.Tensor, k: int) -> list:
+    """Per layer, the experts that no token of `mask` (N,) has in its top-k (router probabilities per layer (N, E))."""
+    keep = mask.reshape(-1).bool()  # (N,)
+    out = []
+    for p in probs:
+        picks = p[keep.to(p.device)].topk(k, dim=-1).indices.reshape(-1)  # (n * k,)
+        out.append(int((torch.bincount(picks, minlength=p.shape[-1]) == 0).sum()))
+    return out
 
 
 @torch.no_grad()
@@ -136,7 +147,7 @@ def main(argv=None) -> None:
     p.add_argument("--max-new-tokens", type=int, default=TrainConfig().max_new_tokens)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--routing", nargs="*", default=["moe-fine"], choices=sorted(EMBEDDED),
+    p.add_argument("--routing", nargs="*", default=["moe-fine", "moe-balanced"], choices=sorted(EMBEDDED),
                    help="the MoE models whose expert load and router margin are measured too")
     p.add_argument("--write-card", action="store_true", help="write base_metrics.json and README.md")
     p.add_argument("--entropy-only", action="store_true",
@@ -159,7 +170,7 @@ def main(argv=None) -> None:
             m["routing"] = routing(model.eval(), tok, load_tasks(default_task_path("heldout")), args.max_new_tokens)
         print(json.dumps({"arch": arch, **m}))
         if args.write_card:
-            from gpolib.pretrain import write_model_card
+            from gpolib.model_card import write_model_card
 
             write_model_card(EMBEDDED[arch], m)
 

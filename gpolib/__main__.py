@@ -20,12 +20,17 @@ from gpolib.runtime import setup_threads
 
 def add_pretrain(sub) -> None:
     p = sub.add_parser("pretrain", help="supervised pretraining of an embedded base policy")
-    p.add_argument("--arch", choices=["dense", "moe", "moe-fine"], default="dense")
+    p.add_argument("--arch", choices=["dense", "moe", "moe-fine", "moe-balanced"], default="dense")
     p.add_argument("--steps", type=int, default=None, help="optimizer steps (default: the recipe's)")
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--micro-batches", type=int, default=None,
                    help="rows sorted by length into this many micro-batches, gradients accumulated (default: 1)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the recipe's, 3e-3)")
+    p.add_argument("--warmup", type=int, default=None, help="warm-up steps (default: the recipe's, 100)")
+    p.add_argument("--init", default="", help="a model folder whose weights training starts from (default: scratch)")
+    p.add_argument("--aux-coef", type=float, default=None, help="MoE load-balancing coefficient (default: 0.01)")
+    p.add_argument("--aux-per-layer", action="store_true", help="MoE: the load-balancing loss per layer")
     p.add_argument("--out", default="", help="output directory (default: data/models/tiny-qwen3[-moe])")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
 
@@ -35,8 +40,10 @@ def cmd_pretrain(args) -> int:
     from gpolib.pretrain import PretrainConfig, pretrain
 
     overrides = {k: v for k, v in (
-        ("steps", args.steps), ("batch_size", args.batch_size), ("micro_batches", args.micro_batches)) if v is not None}
-    cfg = PretrainConfig(arch=args.arch, seed=args.seed, out=args.out, **overrides)
+        ("steps", args.steps), ("batch_size", args.batch_size), ("micro_batches", args.micro_batches),
+        ("lr", args.lr), ("warmup", args.warmup), ("aux_coef", args.aux_coef)) if v is not None}
+    cfg = PretrainConfig(arch=args.arch, seed=args.seed, out=args.out, init=args.init,
+                         aux_per_layer=args.aux_per_layer, **overrides)
     losses = pretrain(cfg)
     print(jsonio.dumps({"out": cfg.out, "steps": len(losses), "final_loss": losses[-1]}))
     return 0

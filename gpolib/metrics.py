@@ -60,6 +60,11 @@ METRICS: dict[str, Metric] = {
     "moe/expert_change": Metric("activated experts changed per update (fraction, mean over layers)"),
     **{f"moe/expert_change/l{i}": Metric(f"activated experts changed per update, layer {i} (fraction)")
        for i in range(MOE_LAYER_NAMES)},
+    # ... and how far the same step moved the likelihoods of those tokens (`moe.update_ratios`; pi_old by a pass)
+    "moe/update_log_ratio_std": Metric("std of token log ratio after the update (rollout tokens)"),
+    "moe/update_max_ratio": Metric("largest token ratio after the update (rollout tokens)"),
+    "moe/update_kl": Metric("KL(pi_old || pi) after the update, k3 (nats/token)"),
+    "moe/update_seq_log_ratio_std": Metric("std of sequence log ratio after the update (responses)"),
     # PPO / VAPO (advantage_estimator='gae'; gpolib.value_loop): V on the fresh batch before its update, ...
     "value/loss": Metric("value loss 0.5 (V - target)^2"), "value/explained_var": Metric("explained variance of V"),
     "value/mean": Metric("mean V (per token)"),

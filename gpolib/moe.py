@@ -208,6 +208,10 @@ class ExpertChange:
         """pi_old's experts (L, N, k) at the rollout's N real positions, row-major; -1 where not recorded"""
         self.changes: list = []
         """per measured optimiser step: the share per layer (L,)"""
+        self.old_logps: torch.Tensor | None = None
+        """pi_old's log-probs (B, T) from its own routing passes, NaN for rows no pass covered: `update_ratios`' base"""
+        self.ratios: list = []
+        """per optimiser step routed by a pass over rows whose pi_old log-probs are known: `update_ratios`"""
 
     def _positions(self, rows: torch.Tensor) -> torch.Tensor:
         """(n,) indices into the rollout's row-major real positions of `rows`' real positions, in the order of rows."""
@@ -232,6 +236,9 @@ class ExpertChange:
         rows = torch.arange(len(self.keep)) if rows is None else rows
         lp, routes = routing_pass(self.policy, self.ro, self.chunk_rows, rows)
         self.record(rows, routes)
+        if self.old_logps is None:
+            self.old_logps = torch.full(self.ro.completion_mask.shape, float("nan"), dtype=lp.dtype)
+        self.old_logps[rows] = lp
         return lp
 
     def measure(self, rows: torch.Tensor, routes: list) -> None:
@@ -244,19 +251,44 @@ class ExpertChange:
 
     def after_step(self, rows: torch.Tensor | None = None) -> None:
         """Route `rows` (default every row) after an optimiser step and measure them (the policy left in training
-        mode)."""
+        mode); where pi_old's log-probs of those rows came from a routing pass, also how far the step moved their
+        likelihoods (`update_ratios`, from the same pass)."""
         rows = torch.arange(len(self.keep)) if rows is None else rows
         if len(rows):
-            self.measure(rows, routing_pass(self.policy, self.ro, self.chunk_rows, rows)[1])
+            lp, routes = routing_pass(self.policy, self.ro, self.chunk_rows, rows)
+            self.measure(rows, routes)
+            mask = self.ro.completion_mask[rows]  # (b, T)
+            old = None if self.old_logps is None else self.old_logps[rows]  # (b, T)
+            if old is not None and not bool(old[mask.bool()].isnan().any()):
+                self.ratios.append(update_ratios(old, lp, mask))
         self.policy.model.train()
 
     def metrics(self) -> dict:
-        """The shares averaged over the measured optimiser steps; {} when none was measured."""
+        """The shares averaged over the measured optimiser steps, and `update_ratios` over the steps that have them;
+        {} when none was measured."""
         if not self.changes:
             return {}
         per_layer = torch.stack(self.changes).mean(dim=0)  # (L,)
+        ratios = {k: sum(r[k] for r in self.ratios) / len(self.ratios) for k in (self.ratios[0] if self.ratios else {})}
         return {"moe/expert_change": per_layer.mean().item(),
-                **{f"moe/expert_change/l{i}": v for i, v in enumerate(per_layer.tolist())}}
+                **{f"moe/expert_change/l{i}": v for i, v in enumerate(per_layer.tolist())}, **ratios}
+
+
+def update_ratios(old_logps: torch.Tensor, logps: torch.Tensor, mask: torch.Tensor) -> dict:
+    """How far an optimiser step moved the likelihoods of the rollout tokens whose routing `ExpertChange` measures
+    (the same tokens, the same pass): over the completion tokens of `mask` (B, T), log rho_t = logp - old_logp
+    (B, T each): its std (`moe/update_log_ratio_std`), the largest token ratio max_t rho_t (`moe/update_max_ratio`),
+    KL(pi_old || pi) by k3 = rho - 1 - log rho on pi_old's tokens (`moe/update_kl`); and the std over responses of
+    GSPO's sequence log ratio mean_t log rho_t (Eq. 7, `moe/update_seq_log_ratio_std`)."""
+    m = mask.bool()
+    log_r = (logps - old_logps).double()  # (B, T)
+    tok = log_r[m]  # (n,)
+    seq = (log_r * m).sum(dim=1) / m.sum(dim=1).clamp(min=1)  # (B,)
+    seq = seq[m.any(dim=1)]
+    return {"moe/update_log_ratio_std": tok.std(unbiased=False).item() if tok.numel() else 0.0,
+            "moe/update_max_ratio": tok.exp().max().item() if tok.numel() else 1.0,
+            "moe/update_kl": (tok.exp() - 1 - tok).mean().item() if tok.numel() else 0.0,
+            "moe/update_seq_log_ratio_std": seq.std(unbiased=False).item() if seq.numel() else 0.0}
 
 
 MARGIN_QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)

@@ -8,7 +8,9 @@ cannot reliably do in one go (3- and 4-digit products written directly), not fro
 data. The budget (`steps`) is part of the recipe: a longer one makes the direct form
 more reliable too. The loss is next-token cross-entropy on completion tokens (and EOS)
 only; for the MoE the router load-balancing loss (coefficient `router_aux_loss_coef`)
-is added.
+is added: transformers' form, which pools the expert counts over the layers, or the Switch Transformer's per layer
+(`balance_per_layer`). Training can start from a shipped model's weights (`init`): the load-balanced fine MoE
+continues the fine MoE with a larger per-layer coefficient (benchmarks/moe_balance_sweep.py).
 """
 from __future__ import annotations
 
@@ -26,11 +28,10 @@ from transformers import AutoModelForCausalLM
 from gpolib import folders
 from gpolib.models import EMBEDDED, tiny_config
 from gpolib.runtime import deterministic_cpu
-from gpolib.tasks import (MAX_OPS, MIN_OPS, N_OPS_CYCLE, P_MUL, SPLIT_N_OPS, SPLIT_P_MUL, default_task_path, load_tasks,
-                          make_problem, repo_root, solution_text)
+from gpolib.tasks import N_OPS_CYCLE, default_task_path, load_tasks, make_problem, repo_root, solution_text
 from gpolib.tokenizer import build_tokenizer
 
-MOE_ARCHS = ("moe", "moe-fine")
+MOE_ARCHS = ("moe", "moe-fine", "moe-balanced")
 """the embedded architectures trained with the router load-balancing loss (Qwen3-MoE's `router_aux_loss_coef`)"""
 
 
@@ -59,6 +60,14 @@ class PretrainConfig:
     "Timings that were in docstrings")"""
     seed: int = 0
     """seeds torch and the data stream"""
+    init: str = ""
+    """a model folder whose weights training starts from (same shape as `arch`); "" trains from scratch"""
+    aux_coef: float | None = None
+    """MoE: the load-balancing loss coefficient (config `router_aux_loss_coef`); None keeps the arch's (0.01)"""
+    aux_per_layer: bool = False
+    """MoE: the Switch Transformer loss per layer, averaged over layers (`balance_per_layer`), in place of
+    transformers' form, which pools each expert index's counts over the layers (an expert dead in one layer but busy
+    in another is then pushed further down)"""
     out: str = ""
     """output directory; "" means the shipped location of `arch`"""
 
@@ -67,6 +76,8 @@ class PretrainConfig:
             raise ValueError(f"arch={self.arch!r} is invalid; allowed: {sorted(EMBEDDED)}")
         if self.steps < 1 or self.batch_size < 1:
             raise ValueError(f"steps={self.steps}, batch_size={self.batch_size}: both must be >= 1")
+        if self.aux_coef is not None and self.aux_coef < 0:
+            raise ValueError(f"aux_coef={self.aux_coef} must be >= 0")
         if not 1 <= self.micro_batches <= self.batch_size:
             raise ValueError(f"micro_batches={self.micro_batches} must be in [1, batch_size={self.batch_size}]")
         self.out = self.out or str(repo_root() / EMBEDDED[self.arch])
@@ -120,18 +131,38 @@ def shipped_config(arch: str, **overrides) -> PretrainConfig:
     return PretrainConfig(**{**recipe, "arch": arch, **overrides})
 
 
-def batch_step(model, batch: tuple, micro_batches: int, is_moe: bool) -> float:
+def balance_per_layer(router_logits: tuple, mask: torch.Tensor, k: int) -> torch.Tensor:
+    """Switch Transformer load-balancing loss (Fedus et al. 2022, Eq. 4-6) per layer, mean over layers:
+    mean_l E * sum_e f_le * P_le, f_le = the top-k picks of expert e in layer l per real token (sums to k), P_le the
+    mean router probability of e in l over the real tokens. router_logits: per layer (N, E); mask (N,). k at a
+    uniform load; the same scale as transformers' pooled form, which sums f and P over the layers before the product."""
+    keep = mask.reshape(-1).to(router_logits[0].dtype)  # (N,)
+    n = keep.sum().clamp(min=1)
+    out = []
+    for logits in router_logits:
+        probs = torch.softmax(logits.float(), dim=-1)  # (N, E)
+        picks = torch.zeros_like(probs).scatter_(1, probs.topk(k, dim=-1).indices, 1.0)  # (N, E), k ones a row
+        f = (picks * keep[:, None]).sum(dim=0) / n  # (E,)
+        p = (probs * keep[:, None]).sum(dim=0) / n  # (E,)
+        out.append(probs.shape[-1] * (f * p).sum())
+    return torch.stack(out).mean()
+
+
+def batch_step(model, batch: tuple, micro_batches: int, is_moe: bool, per_layer_coef: float = 0.0) -> float:
     """Forward + backward of one SFT batch (ids, mask, labels), each (B, T); returns its loss.
 
     micro_batches = 1: one padded forward (transformers' loss: mean cross-entropy over the labelled tokens, plus
     router_aux_loss_coef x the load-balancing loss on MoE). micro_batches > 1: rows sorted by length, cut into that
     many chunks, each trimmed to its longest row; each chunk's cross-entropy is summed and divided by the batch's
-    labelled-token count (`num_items_in_batch`), its load-balancing term weighted 1 / micro_batches."""
+    labelled-token count (`num_items_in_batch`), its load-balancing term weighted 1 / micro_batches.
+    per_layer_coef > 0 adds that coefficient x `balance_per_layer` of each call (weighted alike); the model's own
+    pooled term is then expected off (`model.router_aux_loss_coef` = 0)."""
     ids, mask, labels = batch
     if micro_batches == 1:
         out = model(input_ids=ids, attention_mask=mask, labels=labels, output_router_logits=is_moe)
-        out.loss.backward()
-        return out.loss.item()
+        loss = out.loss + (per_layer_coef * _per_layer(model, out, mask) if per_layer_coef else 0)
+        loss.backward()
+        return loss.item()
     n_items = (labels[:, 1:] != -100).sum()  # the tokens the shifted labels score
     total = 0.0
     for rows, T in length_chunks(mask, micro_batches):
@@ -139,10 +170,33 @@ def batch_step(model, batch: tuple, micro_batches: int, is_moe: bool) -> float:
                     output_router_logits=is_moe, num_items_in_batch=n_items)
         loss = out.loss
         if is_moe:  # transformers adds coef x aux at full weight per call: keep 1 / micro_batches of it
-            loss = loss - model.config.router_aux_loss_coef * out.aux_loss * (1 - 1 / micro_batches)
+            loss = loss - model.router_aux_loss_coef * out.aux_loss * (1 - 1 / micro_batches)
+        if per_layer_coef:
+            loss = loss + per_layer_coef * _per_layer(model, out, mask[rows, :T]) / micro_batches
         loss.backward()
         total += loss.item()
     return total
+
+
+def _per_layer(model, out, mask: torch.Tensor) -> torch.Tensor:
+    """`balance_per_layer` of one forward's router logits (per layer (B*T, E)) over its real tokens (mask (B, T))."""
+    return balance_per_layer(out.router_logits, mask.reshape(-1), model.config.num_experts_per_tok)
+
+
+def build_model(cfg: PretrainConfig, tok):
+    """The model training starts from: `cfg.init`'s weights, else a fresh one of `cfg.arch`; for a MoE, its
+    load-balancing coefficient set (`aux_coef`; with `aux_per_layer`, transformers' pooled term off in training,
+    the config recording the coefficient)."""
+    if cfg.init:
+        from gpolib.paths import resolve
+
+        model = AutoModelForCausalLM.from_pretrained(resolve(cfg.init), dtype=torch.float32)
+    else:
+        model = AutoModelForCausalLM.from_config(tiny_config(cfg.arch, len(tok), tok.pad_token_id, tok.eos_token_id))
+    if cfg.arch in MOE_ARCHS and cfg.aux_coef is not None:
+        model.config.router_aux_loss_coef = cfg.aux_coef
+        model.router_aux_loss_coef = 0.0 if cfg.aux_per_layer else cfg.aux_coef  # read by transformers' forward
+    return model
 
 
 def pretrain(cfg: PretrainConfig, show_progress: bool = True) -> list[float]:
@@ -156,7 +210,7 @@ def pretrain(cfg: PretrainConfig, show_progress: bool = True) -> list[float]:
     deterministic_cpu("cpu")  # the fine MoE's grouped expert matmul repeats its gradients only so (a rebuild is exact)
     rng = random.Random(cfg.seed)
     tok = build_tokenizer(padding_side="right")
-    model = AutoModelForCausalLM.from_config(tiny_config(cfg.arch, len(tok), tok.pad_token_id, tok.eos_token_id))
+    model = build_model(cfg, tok)
     reserved = reserved_prompts()
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
     is_moe = cfg.arch in MOE_ARCHS
@@ -165,7 +219,8 @@ def pretrain(cfg: PretrainConfig, show_progress: bool = True) -> list[float]:
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cfg)
         opt.zero_grad(set_to_none=True)
-        loss = batch_step(model, sft_batch(reserved, tok, rng, cfg), cfg.micro_batches, is_moe)
+        loss = batch_step(model, sft_batch(reserved, tok, rng, cfg), cfg.micro_batches, is_moe,
+                          cfg.aux_coef if cfg.aux_per_layer else 0.0)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         losses.append(round(loss, 6))
@@ -190,97 +245,3 @@ def save(model, cfg: PretrainConfig, losses: list[float], wall_s: float) -> None
            "wall_s": round(wall_s, 1), "n_params": sum(p.numel() for p in model.parameters()),
            "torch_threads": torch.get_num_threads(), "loss": losses}
     folders.write_text(out / "train_log.json", json.dumps(log, indent=1))
-
-
-def write_model_card(out_dir: str | Path, metrics: dict | None = None) -> Path:
-    """README.md for a pretrained embedded model from its config, train_log.json and `metrics`."""
-    out = Path(out_dir)
-    if not out.is_absolute() and not out.exists():
-        out = repo_root() / out
-    log = json.loads((out / "train_log.json").read_text())
-    cfg = json.loads((out / "config.json").read_text())
-    if metrics is not None:
-        folders.write_text(out / "base_metrics.json", json.dumps(metrics, indent=1))
-    elif (out / "base_metrics.json").exists():
-        metrics = json.loads((out / "base_metrics.json").read_text())
-    folders.write_text(out / "README.md", _card_text(log, cfg, metrics))
-    return out / "README.md"
-
-
-def _active_note(log: dict, cfg: dict) -> str:
-    """For MoE: the parameters one token uses (top-k of the experts)."""
-    n_experts = cfg.get("num_experts", cfg.get("num_local_experts", 0))
-    if not n_experts:
-        return ""
-    idle = n_experts - cfg["num_experts_per_tok"]
-    per_expert = 3 * cfg["hidden_size"] * cfg["moe_intermediate_size"]
-    return f" in all, {log['n_params'] - cfg['num_hidden_layers'] * idle * per_expert:,} active per token"
-
-
-def _arch_lines(log: dict, cfg: dict, arch: str) -> list[str]:
-    n_experts = cfg.get("num_experts", cfg.get("num_local_experts"))
-    mlp = (f"{n_experts} experts, top-{cfg['num_experts_per_tok']} routing in every layer, "
-           f"moe_intermediate_size {cfg['moe_intermediate_size']}" if n_experts
-           else f"intermediate_size {cfg['intermediate_size']}")
-    return ["## Architecture", "",
-            f"- `{arch}`: {cfg['num_hidden_layers']} layers, hidden {cfg['hidden_size']}, "
-            f"{cfg['num_attention_heads']} heads ({cfg['num_key_value_heads']} KV heads, "
-            f"head_dim {cfg['head_dim']}), {mlp}, tied embeddings, vocab {cfg['vocab_size']} (one token per character).",
-            f"- Parameters: {log['n_params']:,}{_active_note(log, cfg)}.", ""]
-
-
-def _recipe_lines(log: dict, cfg: dict) -> list[str]:
-    rc = log["config"]
-    aux = (f" plus the router load-balancing loss (coefficient {cfg['router_aux_loss_coef']})"
-           if rc["arch"] in MOE_ARCHS else "")
-    return ["## Training recipe", "",
-            f"- {rc['steps']} AdamW steps, batch {rc['batch_size']}, peak lr {rc['lr']} "
-            f"(warmup {rc['warmup']}, cosine to 10%), weight decay {rc['weight_decay']}, grad-norm clip 1.0, "
-            f"seed {rc['seed']}.",
-            f"- Data: fresh problems from `gpolib.tasks.make_problem`, chains of {MIN_OPS}-{MAX_OPS} operators with a",
-            f"  product at an allowed step with p={P_MUL} (the RL splits are harder: {'/'.join(map(str, SPLIT_N_OPS))}",
-            f"  operators, p={SPLIT_P_MUL}); the val and held-out prompts excluded; one SFT completion each; every",
-            f"  product written long (digit by digit) with p={rc['p_long']}, else directly; every written result correct.",
-            f"- Loss: cross-entropy on completion tokens and EOS only{aux}."
-            + (f" Each batch in {rc['micro_batches']} micro-batches of rows of similar length (less padding; "
-               "`PretrainConfig.micro_batches`)." if rc.get("micro_batches", 1) > 1 else ""),
-            f"- Wall time: {log['wall_s']} s on {log['torch_threads']} CPU threads; "
-            f"final loss {log['loss'][-1]:.4f} (curve in `train_log.json`).", "",
-            "Rebuild:", "", "```",
-            f"python -m gpolib pretrain --arch {rc['arch']} --steps {rc['steps']} --seed {rc['seed']}"
-            + (f" --micro-batches {rc['micro_batches']}" if rc.get("micro_batches", 1) > 1 else ""),
-            f"python benchmarks/base_metrics.py --arch {rc['arch']} --write-card", "```", ""]
-
-
-def _metrics_lines(metrics: dict | None) -> list[str]:
-    if not metrics:
-        return []
-    return ["## Base metrics", "",
-            f"Held-out prompts {metrics['n_prompts']}, G={metrics['G']}, temperature 1, top_k=0, "
-            f"max {metrics['max_new_tokens']} new tokens (`benchmarks/base_metrics.py`):", "",
-            "```json", json.dumps(metrics, indent=1), "```", ""] + _routing_lines(metrics.get("routing"))
-
-
-def _routing_lines(routing: dict | None) -> list[str]:
-    if not routing:
-        return []
-    return ["`routing` (`gpolib.moe.routing_stats`, the completion tokens of one sample per prompt of the first "
-            f"{routing['n_prompts']} held-out prompts): each expert's share of the activated (token, slot) pairs, "
-            f"min and max over the experts per layer (uniform: {routing['uniform_share']}), and quantiles of the router "
-            "margin p_(k) - p_(k+1) between the k-th and (k+1)-th largest router probability of a token, "
-            "pooled over layers (a small margin: a small router change swaps the k-th expert).", ""]
-
-
-def _card_text(log: dict, cfg: dict, metrics: dict | None) -> str:
-    arch = cfg["architectures"][0]
-    head = [f"# {Path(log['config']['out']).name}: embedded base policy ({arch})", "",
-            "Character-level policy for the arithmetic-chain task of `gpolib.tasks`, trained from scratch",
-            "by supervised learning. It is the base policy of the workbook's RL experiments.", "",
-            "Prompt `47*6+13*7=?\\n` (left to right); completion: one line per step (a product either direct,",
-            "`295*7=2065`, or long, `295*7:5*7=35,9*7+3=66,2*7+6=20;295*7=2065`), final line `A=<int>`, then `<eos>`. Load with `gpolib.models.load_policy(path)` or",
-            "`AutoModelForCausalLM.from_pretrained(path)` / `AutoTokenizer.from_pretrained(path)`.", ""]
-    router = (["With LoRA the routers stay frozen unless `TrainConfig(train_router=True)`, which trains each",
-               "layer's router weight `mlp.gate.weight` in full (GSPO Sec. 5.3 experiments).", ""]
-              if "num_experts_per_tok" in cfg else [])
-    lines = head + _arch_lines(log, cfg, arch) + router + _recipe_lines(log, cfg) + _metrics_lines(metrics)
-    return "\n".join(lines)

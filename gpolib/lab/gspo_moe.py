@@ -84,6 +84,14 @@ COLLAPSE = 0.05
 
 # ---------------------------------------------------------------- P3: the paper's measure, logged at every update
 
+def one_seed_arms(params: dict) -> dict:
+    """The arms notebook 08 trains with seed 0 only: P3's grid from its parameters (`moe_grid.grid_from_params`),
+    which `workbook.prefetch` trains ahead of the notebook."""
+    from .moe_grid import grid_from_params
+
+    return grid_from_params(params)
+
+
 def layer_means(metrics: list) -> list:
     """Per layer, the run-mean of `moe/expert_change/l{i}`: the share of the rollout's activated (token, slot)
     experts that the policy routes elsewhere than pi_old after each optimiser step (mean over a step's mu

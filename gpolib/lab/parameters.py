@@ -33,7 +33,7 @@ def _number_in(low: float, high: float):
 
 
 def _list_of(rule):
-    """A non-empty list whose every item passes `rule` (the grid's values, notebook 02)."""
+    """A non-empty list whose every item passes `rule` (a (test, words) pair; the grids' values, notebooks 02 and 08)."""
     test, words = rule
     return (lambda v: isinstance(v, list) and len(v) > 0 and all(test(x) for x in v)), f"a non-empty list of {words}"
 
@@ -57,6 +57,10 @@ RULES = {
     "PANEL_BUDGET": _int_at_least(1), "MUS": _list_of(_int_at_least(1)), "LR_SCALES": _list_of(_number_in(0.0, 100.0)), "REBUILD": _choice(True, False),
     "PROFILE": _choice(*PROFILES), "DEVICE": _choice("cpu", "cuda", "auto"),
     "DTYPE": _choice("float32", "bfloat16", "float16"), "MODEL": _path_text(), "MOE_MODEL": _path_text(),
+    "GRID_STEPS": _int_at_least(0), "GRID_EVAL_PROMPTS": _int_at_least(1),
+    "GRID_LR_MULTS": _list_of(_number_in(0.0, 1000.0)), "GRID_MUS": _list_of(_int_at_least(1)),
+    "GRID_MODES": _list_of(_choice("lora", "full")), "GRID_FULL_LR_SCALE": _number_in(0.0, 1000.0),
+    "GRID_MODEL": _path_text(),
     "RATIO_LEVEL": _choice(*RATIO_LEVELS), "AGGREGATION": _choice(*AGGREGATIONS), "ADV_SCALE": _choice(*ADV_SCALES),
 }
 """parameter name -> (test, allowed values in words): every parameter of every notebook has one (a test checks);

@@ -11,9 +11,11 @@ its folder table then says `finished` for every run. A run shared by two noteboo
 is trained once. The queue starts the costliest runs first (`run_cost` x `model_layers`, `pending`), so that no
 long run is left alone at its end.
 
-A notebook takes part when its lab module (`gpolib.lab.<name without the NN_ prefix>`) defines `ARMS`, or, for runs
-that are not `train` runs (notebook 02's ratio grid), the hooks `prefetch_runs(params)` (run name -> (config,
-folder)) and `prefetch_train(params, config, folder)`, which trains one of them as the notebook would.
+A notebook takes part when its lab module (`gpolib.lab.<name without the NN_ prefix>`) defines `ARMS`; a module's
+`one_seed_arms(params)` adds arms trained with seed 0 only, from the notebook's parameters (notebook 08's P3 grid:
+one seed per cell); runs that are not `train` runs (notebook 02's ratio grid) take part through the hooks
+`prefetch_runs(params)` (run name -> (config, folder)) and `prefetch_train(params, config, folder)`, which trains one
+of them as the notebook would.
 """
 from __future__ import annotations
 
@@ -62,6 +64,9 @@ def notebook_runs(job: workbook.Job) -> dict:
     p = notebook_params(job)
     shared = runs.budget(**{kw: p[name] for name, kw in BUDGET_PARAMS.items() if name in p})
     cfgs = runs.configs(arms, shared, seeds=range(p.get("SEEDS", 1)))
+    one_seed = getattr(module, "one_seed_arms", None)
+    if one_seed is not None:
+        cfgs.update(runs.configs(one_seed(p), shared, seeds=[0]))
     dirs = runs.run_dirs(p["PROFILE"], job.name, cfgs, getattr(module, "HOME", None))
     return {name: (cfg, dirs[name]) for name, cfg in cfgs.items()}
 

@@ -1,0 +1,191 @@
+"""Notebook 08, P3's dose-response grid (DESIGN, P3, 2026-12-06): how much routing moves per update, against the
+update's size (lr), the training mode (LoRA + router vs all parameters) and its off-policiness (mu).
+
+- the grid as arms, one seed per cell, from the notebook's parameters: `grid_arms`, `grid_from_params` (prefetch
+  trains them through `gspo_moe.one_seed_arms`);
+- per cell, P3's measure (run-mean over layers, per layer, deepest layer, first update) beside how far the same
+  updates moved the likelihoods of the same tokens (`moe.update_ratios`: token log-ratio spread, max token ratio,
+  KL; GSPO's sequence log-ratio spread), GRPO's clip share and the training reward: `cell_measures`, `grid_table`;
+- collapse as DESIGN defines it (training reward below the base's for >= 5 consecutive steps): `collapsed`;
+- P3's evidence for `gspo_moe.verdict_p3` (`grid_evidence`) and the two figures: `dose_figure` (the measure against
+  lr, one line per mode and mu, the paper's 10% marked) and `spread_figure` (per update, expert change against the
+  token- and sequence-level log-ratio spread).
+"""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from ..config import TrainConfig
+from ..models import EMBEDDED
+from .base_models import card  # noqa: F401  (notebook 08 reads the grid model's card through this module)
+from .runs import mean_over, run_key
+
+BALANCED = EMBEDDED["moe-balanced"]
+"""the grid's model: the load-balanced fine MoE (64 experts, top-8, 8 layers; P3's premise holds on its card)"""
+DEFAULT_LR = TrainConfig().lr
+"""the workbook's lr (3e-4, chosen for GRPO on the validation split): the grid's lrs are multiples of it"""
+MODES = {"lora": {"train_router": True}, "full": {"lora_r": 0}}
+"""training mode -> its fields: LoRA (r = 16) on attention and experts with each layer's router trained in full, or
+every parameter trained (lora_r = 0; GSPO fine-tunes all)"""
+MODE_LABELS = {"lora": "LoRA + router", "full": "all parameters"}
+VAL = "data/tasks/val.jsonl"
+"""the grid trains on validation prompts (DESIGN: tuning never touches the held-out split)"""
+BASE_FIELDS = {"preset": "grpo", "loss_eps_high": 0.28, "warmup_steps": 0, "task_train": VAL, "eval_samples": 1,
+               "rollout_autocast": "bfloat16"}
+"""shared by every cell: GRPO with Clip-Higher 0.2 / 0.28 (as the P4 arms), no warm-up (P3 is read at every update,
+the first included), the bf16 rollout engine of notebook 08's arms, a small held-out check at the end"""
+COLLAPSE_STEPS = 5
+"""DESIGN's collapse: training reward below the base's for >= 5 consecutive steps"""
+
+
+def cell_name(mode: str, lr_mult: float, mu: int) -> str:
+    """A cell's arm name: "grid-lora-lr2x-mu4"."""
+    return f"grid-{mode}-lr{lr_mult:g}x-mu{mu}"
+
+
+def grid_arms(*, lr_mults, mus, modes, full_lr_scale: float, steps: int, eval_prompts: int,
+              model: str = BALANCED) -> dict:
+    """Arm name -> spec of every cell of the grid: lr = DEFAULT_LR x lr_mult (x full_lr_scale for all-parameter
+    cells, the scale at which their first update's KL matches the LoRA cell's), mu, mode, `steps` RL steps."""
+    out = {}
+    for mode in modes:
+        scale = full_lr_scale if mode == "full" else 1.0
+        for mu in mus:
+            for mult in lr_mults:
+                out[cell_name(mode, mult, mu)] = {**BASE_FIELDS, **MODES[mode], "model": model, "steps": steps,
+                                                  "eval_prompts": eval_prompts, "mu": mu,
+                                                  "lr": float(f"{DEFAULT_LR * mult * scale:.6g}")}
+    return out
+
+
+def grid_from_params(p: dict) -> dict:
+    """`grid_arms` from notebook 08's parameters (GRID_*); {} when the notebook asks for no grid (GRID_STEPS 0)."""
+    if not p.get("GRID_STEPS"):
+        return {}
+    return grid_arms(lr_mults=p["GRID_LR_MULTS"], mus=p["GRID_MUS"], modes=p["GRID_MODES"],
+                     full_lr_scale=p["GRID_FULL_LR_SCALE"], steps=p["GRID_STEPS"],
+                     eval_prompts=p["GRID_EVAL_PROMPTS"], model=p.get("GRID_MODEL", BALANCED))
+
+
+def parse_cell(arm: str) -> dict:
+    """"grid-lora-lr2x-mu4" -> {"mode": "lora", "lr_mult": 2.0, "mu": 4}."""
+    _, mode, lr, mu = arm.split("-")
+    return {"mode": mode, "lr_mult": float(lr[2:-1]), "mu": int(mu[2:])}
+
+
+# ---------------------------------------------------------------- per cell
+
+def collapsed(rewards: list, base: float, n: int = COLLAPSE_STEPS) -> bool:
+    """DESIGN's collapse: `n` or more consecutive steps whose training reward (reward/mean) is below `base`."""
+    run = 0
+    for r in rewards:
+        run = run + 1 if r < base else 0
+        if run >= n:
+            return True
+    return False
+
+
+def _layers(metrics: list) -> list:
+    n = len({k for r in metrics for k in r if k.startswith("moe/expert_change/l")})
+    return [mean_over(metrics, f"moe/expert_change/l{i}") for i in range(n)]
+
+
+def _max(metrics: list, key: str) -> float:
+    xs = [r[key] for r in metrics if r.get(key) is not None and not math.isnan(r[key])]
+    return max(xs) if xs else math.nan
+
+
+def cell_measures(metrics: list, base_reward: float) -> dict:
+    """One cell's row: P3's measure (run-mean over layers and updates, the deepest layer, the first step's updates),
+    the same updates' token log-ratio spread, max token ratio and KL and GSPO's sequence log-ratio spread on the
+    rollout tokens (`moe.update_ratios`), the log-ratio spread and clip share the objective saw (0 at mu = 1), the
+    training reward per step and DESIGN's collapse against `base_reward`."""
+    layers = _layers(metrics)
+    rewards = [r["reward/mean"] for r in metrics]
+    first = metrics[0] if metrics else {}
+    return {"run_mean": sum(layers) / len(layers) if layers else math.nan, "deepest": layers[-1] if layers else math.nan,
+            "first_update": first.get("moe/expert_change", math.nan), "per_layer": layers,
+            "token_log_ratio_std": mean_over(metrics, "moe/update_log_ratio_std"),
+            "max_token_ratio": _max(metrics, "moe/update_max_ratio"),
+            "seq_log_ratio_std": mean_over(metrics, "moe/update_seq_log_ratio_std"),
+            "first_kl": first.get("moe/update_kl", math.nan),
+            "objective_log_ratio_std": mean_over(metrics, "ratio/log_std"), "clip_frac": mean_over(metrics, "clip/frac"),
+            "rewards": rewards, "skipped": sum(int(r.get("update/skipped", 0)) for r in metrics),
+            "collapsed": collapsed(rewards, base_reward)}
+
+
+def grid_table(metrics_by_run: dict, arms, base_reward: float, seed: int = 0) -> pd.DataFrame:
+    """One row per cell (index its arm name): mode, lr multiple, lr, mu and `cell_measures`; cells not yet run are
+    left out."""
+    rows = {}
+    for arm, spec in arms.items():
+        m = metrics_by_run.get(run_key(arm, seed))
+        if m:
+            rows[arm] = {**parse_cell(arm), "lr": spec["lr"], **cell_measures(m, base_reward)}
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def layer_table(table: pd.DataFrame) -> pd.DataFrame:
+    """Per cell, P3's measure (%) per layer: rows cells, columns layers."""
+    return pd.DataFrame({arm: {f"layer {i}": 100 * x for i, x in enumerate(v)} for arm, v in table["per_layer"].items()}).T
+
+
+def grid_evidence(table: pd.DataFrame) -> list:
+    """The cells as `gspo_moe.judge_grid` reads them: {"cell", "run_mean", "deepest", "collapsed"}."""
+    return [{"cell": f"{MODE_LABELS[r.mode]}, lr {r.lr:.3g} ({r.lr_mult:g}x), mu {r.mu}", "run_mean": r.run_mean,
+             "deepest": r.deepest, "collapsed": bool(r.collapsed)} for r in table.itertuples()]
+
+
+# ---------------------------------------------------------------- figures
+
+def dose_figure(table: pd.DataFrame, paper: float = 0.10, level: float = 0.05):
+    """P3 against lr: left the run-mean over layers, right the deepest layer, one line per (mode, mu) (colour mode,
+    line style mu), collapsed cells as crosses; the paper's ~10% dashed, P3's 5% level dotted; log axes."""
+    import matplotlib.pyplot as plt
+
+    from . import plots
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    colours = dict(zip(MODES, ("tab:blue", "tab:red")))
+    styles = {1: ":", 4: "-", 8: "--"}
+    for ax, key, what in zip(axes, ("run_mean", "deepest"), ("mean over layers", "deepest layer")):
+        for (mode, mu), cells in table.sort_values("lr_mult").groupby(["mode", "mu"], sort=True):
+            ax.plot(cells.lr_mult, 100 * cells[key], ls=styles.get(mu, "-."), marker="o", color=colours[mode],
+                    label=f"{MODE_LABELS[mode]}, mu {mu}")
+        bad = table[table.collapsed.astype(bool)]
+        ax.scatter(bad.lr_mult, 100 * bad[key], marker="x", s=80, color="black", zorder=3, label="collapsed")
+        ax.axhline(100 * paper, ls="--", c="grey", lw=1, label=f"paper ~{100 * paper:.0f}%")
+        ax.axhline(100 * level, ls=":", c="grey", lw=1, label=f"P3's level {100 * level:.0f}%")
+        ax.set(xscale="log", yscale="log", xlabel=f"lr / {DEFAULT_LR:g} (all-parameter cells: x their KL scale)",
+               ylabel="activated experts changed per update (%)")
+        plots.title(ax, "P3", what)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def spread_figure(metrics_by_run: dict, arms, seed: int = 0):
+    """Per step of every cell (its updates' mean; one update each at mu = 1): the share of activated experts changed
+    (x) against the std of the token log ratios and of GSPO's sequence log ratios of the same rollout after the same
+    updates (y): token ratios spread with the routing, sequence ratios average it out. Colour: level; log axes."""
+    import matplotlib.pyplot as plt
+
+    from . import plots
+    rows = [(r["moe/expert_change"], r["moe/update_log_ratio_std"], r["moe/update_seq_log_ratio_std"],
+             parse_cell(arm)["mode"]) for arm in arms for r in metrics_by_run.get(run_key(arm, seed), [])
+            if r.get("moe/update_log_ratio_std") is not None]
+    frame = pd.DataFrame(rows, columns=["change", "token", "sequence", "mode"])
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for level, colour in (("token", "tab:orange"), ("sequence", "tab:green")):
+        for mode, marker in (("lora", "o"), ("full", "^")):
+            part = frame[frame["mode"] == mode]
+            ax.scatter(100 * part.change, part[level], s=18, marker=marker, color=colour, alpha=0.7,
+                       label=f"{level} log ratio, {MODE_LABELS[mode]}")
+    ax.axvline(10, ls="--", c="grey", lw=1)
+    ax.set(xscale="log", yscale="log", xlabel="activated experts changed by the update (%)",
+           ylabel="std of log ratio after the update")
+    ax.legend(fontsize=7)
+    plots.title(ax, "P3", "per update: routing change against ratio spread")
+    fig.tight_layout()
+    return fig

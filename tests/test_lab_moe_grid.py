@@ -1,0 +1,113 @@
+"""Notebook 08's P3 grid (gpolib.lab.moe_grid): the cells, DESIGN's collapse, the per-cell measures on hand-made logs,
+the likelihood movement of an update (`moe.update_ratios`) on hand-made log-probs, and the prefetch wiring."""
+import math
+
+import pytest
+import torch
+
+from gpolib import moe
+from gpolib.lab import moe_grid as mg
+from gpolib.lab import report
+from gpolib.lab.report import NOT, PARTLY, REPRODUCED
+
+FULL = dict(lr_mults=[1, 2, 3, 5, 10], mus=[1, 4, 8], modes=["lora", "full"], full_lr_scale=0.1, steps=6,
+            eval_prompts=64)
+
+
+def test_the_grid_has_designs_thirty_cells_with_scaled_lrs():
+    arms = mg.grid_arms(**FULL)
+    assert len(arms) == 30
+    lora, full = arms["grid-lora-lr5x-mu4"], arms["grid-full-lr5x-mu4"]
+    assert lora["lr"] == pytest.approx(1.5e-3) and full["lr"] == pytest.approx(1.5e-4)  # 5 x 3e-4, x 0.1
+    assert lora["train_router"] is True and "lora_r" not in lora and full["lora_r"] == 0
+    assert {a["warmup_steps"] for a in arms.values()} == {0} and {a["steps"] for a in arms.values()} == {6}
+    assert {a["task_train"] for a in arms.values()} == {"data/tasks/val.jsonl"}
+    assert {a["model"] for a in arms.values()} == {"data/models/tiny-qwen3-moe-balanced"}
+    assert sorted({a["mu"] for a in arms.values()}) == [1, 4, 8]
+    assert mg.parse_cell("grid-full-lr10x-mu8") == {"mode": "full", "lr_mult": 10.0, "mu": 8}
+    params = {"GRID_STEPS": 6, "GRID_LR_MULTS": [1, 2, 3, 5, 10], "GRID_MUS": [1, 4, 8], "GRID_MODES": ["lora", "full"],
+              "GRID_FULL_LR_SCALE": 0.1, "GRID_EVAL_PROMPTS": 64}
+    assert mg.grid_from_params(params) == arms
+    assert mg.grid_from_params({**params, "GRID_STEPS": 0}) == {}
+
+
+def test_collapse_is_five_consecutive_steps_below_the_base():
+    assert mg.collapsed([0.4, 0.3, 0.3, 0.3, 0.3, 0.3], base=0.35)  # steps 1-5 below
+    assert not mg.collapsed([0.3, 0.3, 0.3, 0.3, 0.4, 0.3], base=0.35)  # broken at step 4
+    assert not mg.collapsed([0.3, 0.3, 0.3, 0.3], base=0.35)  # only 4 steps
+    assert not mg.collapsed([0.35] * 6, base=0.35)  # equal is not below
+
+
+def test_update_ratios_on_hand_made_logprobs():
+    """Two responses, 2 and 1 completion tokens (third position padding). Token ratios 2, 1/2 | 1: log rho =
+    (ln 2, -ln 2, 0): std (population) ln 2 * sqrt(2/3), max ratio 2, k3 mean ((2-1-ln2) + (0.5-1+ln2) + 0)/3;
+    sequence log ratios (0, 0): spread 0 — GSPO's mean cancels what the tokens show."""
+    old = torch.log(torch.tensor([[0.2, 0.4, 0.9], [0.5, 0.1, 0.1]]))
+    new = torch.log(torch.tensor([[0.4, 0.2, 0.1], [0.5, 0.7, 0.3]]))
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    got = moe.update_ratios(old, new, mask)
+    ln2 = math.log(2)
+    assert got["moe/update_log_ratio_std"] == pytest.approx(ln2 * math.sqrt(2 / 3), rel=1e-6)
+    assert got["moe/update_max_ratio"] == pytest.approx(2.0, rel=1e-6)
+    assert got["moe/update_kl"] == pytest.approx(((1 - ln2) + (-0.5 + ln2)) / 3, rel=1e-5)
+    assert got["moe/update_seq_log_ratio_std"] == pytest.approx(0.0, abs=1e-7)
+    shifted = moe.update_ratios(old, old + torch.tensor([[0.3, 0.3, 9.0], [-0.1, 9.0, 9.0]]), mask)
+    assert shifted["moe/update_seq_log_ratio_std"] == pytest.approx(0.2, rel=1e-5)  # (0.3, -0.1): std 0.2
+
+
+def _step(t, reward, layers, **kw):
+    return {"step": t, "reward/mean": reward, "moe/expert_change": sum(layers) / len(layers),
+            **{f"moe/expert_change/l{i}": x for i, x in enumerate(layers)}, **kw}
+
+
+def test_cell_measures_and_the_verdict_from_hand_made_cells():
+    m = [_step(0, 0.4, [0.02, 0.06], **{"moe/update_kl": 0.01, "moe/update_log_ratio_std": 0.2,
+                                        "moe/update_seq_log_ratio_std": 0.05, "moe/update_max_ratio": 3.0,
+                                        "clip/frac": 0.1, "ratio/log_std": 0.1}),
+         _step(1, 0.5, [0.04, 0.08], **{"moe/update_kl": 0.02, "moe/update_log_ratio_std": 0.4,
+                                        "moe/update_seq_log_ratio_std": 0.07, "moe/update_max_ratio": 5.0,
+                                        "clip/frac": 0.3, "ratio/log_std": 0.3})]
+    c = mg.cell_measures(m, base_reward=0.42)
+    assert c["per_layer"] == pytest.approx([0.03, 0.07]) and c["run_mean"] == pytest.approx(0.05)
+    assert c["deepest"] == pytest.approx(0.07) and c["first_update"] == pytest.approx(0.04)
+    assert c["token_log_ratio_std"] == pytest.approx(0.3) and c["seq_log_ratio_std"] == pytest.approx(0.06)
+    assert c["max_token_ratio"] == 5.0 and c["first_kl"] == 0.01 and c["clip_frac"] == pytest.approx(0.2)
+    assert c["rewards"] == [0.4, 0.5] and not c["collapsed"]
+    arms = mg.grid_arms(**{**FULL, "lr_mults": [1, 10], "mus": [4], "modes": ["lora"]})
+    low = [_step(t, 0.4, [0.01, 0.02]) for t in range(6)]
+    dead = [_step(t, 0.4 if t == 0 else 0.0, [0.3, 0.4]) for t in range(6)]  # collapses after one update
+    table = mg.grid_table({"grid-lora-lr1x-mu4/seed0": low, "grid-lora-lr10x-mu4/seed0": dead}, arms, 0.35)
+    assert list(table.index) == ["grid-lora-lr1x-mu4", "grid-lora-lr10x-mu4"]
+    assert table.loc["grid-lora-lr10x-mu4", "collapsed"] and not table.loc["grid-lora-lr1x-mu4", "collapsed"]
+    cells = mg.grid_evidence(table)
+    assert cells[0]["cell"] == "LoRA + router, lr 0.0003 (1x), mu 4" and cells[0]["run_mean"] == pytest.approx(0.015)
+    e = {"expert_change_runs": [0.01], "expert_change_per_layer": [0.01, 0.02], "moe_experts": 64,
+         "expert_change_frozen": [], "expert_change_coarse": [],
+         "routing": {"uniform_share": 0.0156, "expert_share_min": [0.01, 0.01]}, "grid": cells}
+    assert report.judge("P3", e).word == NOT  # the 35% cell collapsed: only the 1.5% cell is judged
+    assert mg.layer_table(table).loc["grid-lora-lr10x-mu4", "layer 1"] == pytest.approx(40.0)
+    assert report.judge("P3", {**e, "grid": [{**cells[0], "deepest": 0.05}]}).word == PARTLY
+    assert report.judge("P3", {**e, "grid": [{**cells[0], "run_mean": 0.05}]}).word == REPRODUCED
+
+
+def test_prefetch_trains_the_grid_with_one_seed(monkeypatch):
+    """`prefetch.notebook_runs` adds the lab module's `one_seed_arms(params)` with seed 0 only."""
+    from gpolib.lab import gspo_moe
+    from gpolib.workbook import prefetch
+
+    assert gspo_moe.one_seed_arms({"GRID_STEPS": 0}) == {}
+    cells = gspo_moe.one_seed_arms({"GRID_STEPS": 1, "GRID_LR_MULTS": [2], "GRID_MUS": [2], "GRID_MODES": ["full"],
+                                    "GRID_FULL_LR_SCALE": 0.5, "GRID_EVAL_PROMPTS": 2})
+    assert list(cells) == ["grid-full-lr2x-mu2"] and cells["grid-full-lr2x-mu2"]["lr"] == pytest.approx(3e-4)
+    params = {"PROFILE": "smoke", "MODEL": "data/models/tiny-qwen3-moe-fine", "DEVICE": "cpu", "DTYPE": "float32",
+              "STEPS": 1, "SEEDS": 3, "PROMPTS_PER_STEP": 2, "GROUP": 4, "EVAL_PROMPTS": 2, "EVAL_SAMPLES": 1,
+              "GRID_STEPS": 1, "GRID_LR_MULTS": [1], "GRID_MUS": [2], "GRID_MODES": ["lora", "full"],
+              "GRID_FULL_LR_SCALE": 0.5, "GRID_EVAL_PROMPTS": 2}
+    monkeypatch.setattr(prefetch, "notebook_params", lambda job: params)
+    job = type("Job", (), {"name": "08_gspo_moe"})()
+    got = prefetch.notebook_runs(job)
+    grid = {k: v for k, v in got.items() if k.startswith("grid-")}
+    assert sorted(grid) == ["grid-full-lr1x-mu2/seed0", "grid-lora-lr1x-mu2/seed0"]
+    cfg = grid["grid-full-lr1x-mu2/seed0"][0]
+    assert cfg.lora_r == 0 and cfg.seed == 0 and cfg.steps == 1 and cfg.warmup_steps == 0 and cfg.mu == 2
+    assert len([k for k in got if k.startswith("grpo/")]) == 3  # the other arms keep their seeds
