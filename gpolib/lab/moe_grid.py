@@ -159,10 +159,22 @@ def dose_figure(table: pd.DataFrame, paper: float = 0.10, level: float = 0.05):
         ax.axhline(100 * level, ls=":", c="grey", lw=1, label=f"P3's level {100 * level:.0f}%")
         ax.set(xscale="log", yscale="log", xlabel=f"lr / {DEFAULT_LR:g} (all-parameter cells: x their KL scale)",
                ylabel="activated experts changed per update (%)")
+        _plain_ticks(ax.xaxis, sorted(set(table.lr_mult)))
+        _plain_ticks(ax.yaxis, (1, 2, 5, 10, 20, 50))
         plots.title(ax, "P3", what)
     axes[0].legend(fontsize=7)
     fig.tight_layout()
     return fig
+
+
+def _plain_ticks(axis, values) -> None:
+    """Ticks of a log axis at `values`, written plainly (2, 5, 10), no minor labels to collide."""
+    from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
+
+    axis.set_major_locator(FixedLocator(list(values)))
+    axis.set_major_formatter(lambda v, _: f"{v:g}")
+    axis.set_minor_locator(NullLocator())
+    axis.set_minor_formatter(NullFormatter())
 
 
 def spread_figure(metrics_by_run: dict, arms, seed: int = 0):
@@ -185,6 +197,7 @@ def spread_figure(metrics_by_run: dict, arms, seed: int = 0):
     ax.axvline(10, ls="--", c="grey", lw=1)
     ax.set(xscale="log", yscale="log", xlabel="activated experts changed by the update (%)",
            ylabel="std of log ratio after the update")
+    _plain_ticks(ax.xaxis, (1, 2, 5, 10, 20, 50))
     ax.legend(fontsize=7)
     plots.title(ax, "P3", "per update: routing change against ratio spread")
     fig.tight_layout()
