@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 
-FIGURES = {"S1": "02_ratio_grid.png", "D2": "01_d2_panel.png", "P3": "08_expert_change.png",
+FIGURES = {"S1": "02_ratio_grid.png", "D2": "01_d2_panel.png", "P3": "08_p3_grid.png",
            "F1": "05_gfpo_elr.png"}
-"""claim id -> the figure under reports/figures/ that shows the phenomenon (P3's is drawn by notebook 08's
-per-update routing measure; until it exists the page says the figure is not drawn yet)"""
+"""claim id -> the figure under reports/figures/ that shows the phenomenon: S1's and P3's are curves over the knob
+that drives them (mu and lr; lr, training mode and mu: notebook 02's and notebook 08's grids); until a figure exists
+the page says it is not drawn yet"""
 
 
 @dataclass(frozen=True)
