@@ -18,7 +18,7 @@ from collections import defaultdict
 
 import torch
 
-from gpolib import moe
+from gpolib import router_stats
 from gpolib.config import TrainConfig
 from gpolib.logprobs import completion_logps
 from gpolib.models import EMBEDDED, load_policy
@@ -91,14 +91,14 @@ def measure(path: str, n_prompts: int, group: int, max_new_tokens: int, seed: in
 
 @torch.no_grad()
 def routing(model, tok, rows: list, max_new_tokens: int) -> dict:
-    """MoE: expert load and router margin (`moe.routing_stats`) over the completion tokens of one sample per prompt."""
+    """MoE: expert load and router margin (`router_stats.routing_stats`) over the completion tokens of one sample per prompt."""
     ro = generate(model, tok, [r["prompt"] for r in rows[:ROUTING_PROMPTS]], 1, max_new_tokens)
     probs: list = []
-    with moe.record_router_probs(model, probs):
+    with router_stats.record_router_probs(model, probs):
         completion_logps(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask,
                          chunk_rows=len(ro.texts), bucket=False)
     comp = torch.cat([torch.zeros_like(ro.prompt_mask), ro.completion_mask], dim=1)  # (B, P+T)
-    stats = moe.routing_stats(probs, comp.reshape(-1), model.config.num_experts_per_tok)
+    stats = router_stats.routing_stats(probs, comp.reshape(-1), model.config.num_experts_per_tok)
     return {"n_prompts": len(ro.texts), **stats,
             "dead_experts": dead_experts(probs, comp.reshape(-1), model.config.num_experts_per_tok)}
 

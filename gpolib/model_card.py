@@ -99,7 +99,7 @@ def _metrics_lines(metrics: dict | None) -> list[str]:
 def _routing_lines(routing: dict | None) -> list[str]:
     if not routing:
         return []
-    return ["`routing` (`gpolib.moe.routing_stats`, the completion tokens of one sample per prompt of the first "
+    return ["`routing` (`gpolib.router_stats.routing_stats`, the completion tokens of one sample per prompt of the first "
             f"{routing['n_prompts']} held-out prompts): each expert's share of the activated (token, slot) pairs, "
             f"min and max over the experts per layer (uniform: {routing['uniform_share']}), and quantiles of the router "
             "margin p_(k) - p_(k+1) between the k-th and (k+1)-th largest router probability of a token, "

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from gpolib import moe, presets
+from gpolib import moe, presets, router_stats
 from gpolib.lab import gspo_moe as gm
 from gpolib.lab import report, runs
 from gpolib.lab.report import NOT, NOT_RUN, NOT_TESTED, PARTLY, REPRODUCED
@@ -60,20 +60,20 @@ def _router_probs(choices: list, n_experts: int) -> torch.Tensor:
 
 
 def test_load_balance_premise_on_a_hand_made_router():
-    """P3/P4's premise (every expert's share >= 0.25 x 1/E in every layer) from `moe.routing_stats` of a router whose
+    """P3/P4's premise (every expert's share >= 0.25 x 1/E in every layer) from `router_stats.routing_stats` of a router whose
     choices are known: 4 experts, top-2, 4 tokens. Balanced: each expert chosen twice of 8 slots (share 0.25 = uniform).
     Starved: expert 3 chosen once of 8 (0.125 = 0.5 x uniform, holds); dead: expert 3 never chosen (fails)."""
     mask = torch.ones(4)
     balanced = _router_probs([[0, 1], [2, 3], [0, 2], [1, 3]], 4)
     starved = _router_probs([[0, 1], [2, 0], [0, 2], [1, 3]], 4)
     dead = _router_probs([[0, 1], [2, 0], [0, 2], [1, 2]], 4)
-    ok = gm.load_balance(moe.routing_stats([balanced, starved], mask, k=2))
+    ok = gm.load_balance(router_stats.routing_stats([balanced, starved], mask, k=2))
     assert ok.word == REPRODUCED and "1.00, 0.50" in ok.text  # lowest share / uniform per layer
-    fails = gm.load_balance(moe.routing_stats([balanced, dead], mask, k=2))
+    fails = gm.load_balance(router_stats.routing_stats([balanced, dead], mask, k=2))
     assert fails.word == NOT and "0.00 < 0.25" in fails.text
     assert gm.load_balance(None).word != REPRODUCED  # no record: the premise is not met
     e = {"expert_change_runs": [0.05], "expert_change_per_layer": [0.05, 0.06], "expert_change_frozen": [],
-         "expert_change_coarse": [], "moe_experts": 64, "routing": moe.routing_stats([balanced, dead], mask, k=2)}
+         "expert_change_coarse": [], "moe_experts": 64, "routing": router_stats.routing_stats([balanced, dead], mask, k=2)}
     v = report.judge("P3", {**e, "grid": [{"cell": "c", "run_mean": 0.2, "deepest": 0.3, "collapsed": False}]})
     assert v.word == NOT_TESTED and "not tested: premise not met: lowest expert's share" in v.text
 

@@ -13,7 +13,7 @@ import torch
 from peft import get_peft_model
 from transformers import AutoModelForCausalLM, Qwen2MoeConfig
 
-from gpolib import moe, presets
+from gpolib import moe, presets, router_stats
 from gpolib.logprobs import completion_logps
 from gpolib.models import lora_config, tiny_config
 
@@ -417,10 +417,10 @@ def test_loop_logs_the_share_of_activated_experts_one_update_changes(tiny_cfg):
 def test_routing_stats_hand_counted():
     # E = 4, k = 2. Tokens pick {0, 1} (margin 0.3 - 0.2), {1, 2} (0.3 - 0.1), {2, 3} (0.3 - 0.05)
     probs = [torch.tensor([[0.4, 0.3, 0.2, 0.1], [0.1, 0.5, 0.3, 0.1], [0.05, 0.05, 0.6, 0.3]])]  # (N=3, E=4)
-    got = moe.routing_stats(probs, torch.ones(3), k=2)
+    got = router_stats.routing_stats(probs, torch.ones(3), k=2)
     assert got["expert_share_min"] == [round(1 / 6, 4)] and got["expert_share_max"] == [round(2 / 6, 4)]
     assert got["router_margin_quantiles"]["q50"] == pytest.approx(0.2) and got["uniform_share"] == 0.25
-    got = moe.routing_stats(probs * 2, torch.tensor([1, 1, 0]), k=2)  # two layers alike, the third token masked
+    got = router_stats.routing_stats(probs * 2, torch.tensor([1, 1, 0]), k=2)  # two layers alike, the third token masked
     assert got["expert_share_min"] == [0.0, 0.0] and got["expert_share_max"] == [0.5, 0.5]  # counts 1, 2, 1, 0
     assert got["n_tokens"] == 2 and got["router_margin_quantiles"]["q50"] == pytest.approx(0.15)
 
@@ -429,7 +429,7 @@ def test_recorded_router_probs_pick_the_routers_experts():
     model = build("qwen3_moe", lora=False)
     ids, attn = batch()[:2]
     probs, picked = [], []
-    with moe.record_router_probs(model, probs), moe.record_routing(model, picked):
+    with router_stats.record_router_probs(model, probs), moe.record_routing(model, picked):
         model(input_ids=ids, attention_mask=attn, use_cache=False)
     k = model.config.num_experts_per_tok
     for p, e in zip(probs, picked):

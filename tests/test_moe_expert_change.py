@@ -63,6 +63,25 @@ def test_both_modes_give_the_known_share_of_a_hand_built_router(tiny_cfg, mode, 
     got = [metrics[f"moe/expert_change/l{i}"] for i in range(4)]
     assert got == pytest.approx(KNOWN, abs=1e-6)
     assert metrics["moe/expert_change"] == pytest.approx(sum(KNOWN) / 4, abs=1e-6)
+    # the update's ratio spreads come from routing passes over rows whose pi_old a pass recorded: 'full' without replay
+    assert ("moe/update_kl" in metrics) == (mode == "full" and not replay)
+    if "moe/update_kl" in metrics:
+        assert metrics["moe/update_kl"] >= 0 and metrics["moe/update_max_ratio"] > 0
+
+
+def test_update_ratios_by_hand():
+    """Two responses, log rho = [ln 2, 0 | -ln 2, (masked)]: token std of (ln 2, 0, -ln 2) = ln 2 sqrt(2/3); max ratio 2;
+    k3 KL mean of (2 - 1 - ln 2, 0, 0.5 - 1 + ln 2) = 1/6; sequence log ratios ln 2 / 2 and -ln 2, std 0.75 ln 2."""
+    import math
+    ln2 = math.log(2)
+    old = torch.zeros(2, 2, dtype=torch.float64)
+    new = torch.tensor([[ln2, 0.0], [-ln2, 5.0]], dtype=torch.float64)
+    mask = torch.tensor([[1, 1], [1, 0]])
+    got = moe.update_ratios(old, new, mask)
+    assert got["moe/update_log_ratio_std"] == pytest.approx(ln2 * math.sqrt(2 / 3), abs=1e-12)
+    assert got["moe/update_max_ratio"] == pytest.approx(2.0, abs=1e-12)
+    assert got["moe/update_kl"] == pytest.approx(1 / 6, abs=1e-12)
+    assert got["moe/update_seq_log_ratio_std"] == pytest.approx(0.75 * ln2, abs=1e-12)
 
 
 def test_minibatch_mode_is_the_full_measure_restricted_to_its_rows_exactly(tiny_cfg, monkeypatch):

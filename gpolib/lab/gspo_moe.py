@@ -119,7 +119,7 @@ def card_routing(model: str) -> dict | None:
 
 
 def load_balance(routing: dict | None) -> stats.Verdict:
-    """P3/P4's premise from a routing record (`moe.routing_stats`): each layer's lowest expert share over the uniform
+    """P3/P4's premise from a routing record (`router_stats.routing_stats`): each layer's lowest expert share over the uniform
     share 1/E, which must be >= 0.25 in every layer; without a record the premise has no value (not met)."""
     if not routing:
         return LOAD_BALANCE.judge(None)  # no record: no value, the premise is not met

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 
 from ..config import TrainConfig
@@ -33,9 +34,11 @@ MODE_LABELS = {"lora": "LoRA + router", "full": "all parameters"}
 VAL = "data/tasks/val.jsonl"
 """the grid trains on validation prompts (DESIGN: tuning never touches the held-out split)"""
 BASE_FIELDS = {"preset": "grpo", "loss_eps_high": 0.28, "warmup_steps": 0, "task_train": VAL, "eval_samples": 1,
-               "rollout_autocast": "bfloat16"}
+               "rollout_autocast": "bfloat16", "expert_change": "full"}
 """shared by every cell: GRPO with Clip-Higher 0.2 / 0.28 (as the P4 arms), no warm-up (P3 is read at every update,
-the first included), the bf16 rollout engine of notebook 08's arms, a small held-out check at the end"""
+the first included), the bf16 rollout engine of notebook 08's arms, a small held-out check at the end; P3's measure
+over every rollout token after every update (`expert_change='full'`, as the committed cells were trained: their
+routing passes also give the update's token and sequence ratio spreads, `moe.update_ratios`)"""
 COLLAPSE_STEPS = 5
 """DESIGN's collapse: training reward below the base's for >= 5 consecutive steps"""
 
@@ -159,18 +162,22 @@ def dose_figure(table: pd.DataFrame, paper: float = 0.10, level: float = 0.05):
         ax.axhline(100 * level, ls=":", c="grey", lw=1, label=f"P3's level {100 * level:.0f}%")
         ax.set(xscale="log", yscale="log", xlabel=f"lr / {DEFAULT_LR:g} (all-parameter cells: x their KL scale)",
                ylabel="activated experts changed per update (%)")
-        _plain_ticks(ax.xaxis, sorted(set(table.lr_mult)))
-        _plain_ticks(ax.yaxis, (1, 2, 5, 10, 20, 50))
+        _plain_ticks(ax.xaxis, sorted(set(table.lr_mult)), table.lr_mult)
+        _plain_ticks(ax.yaxis, (1, 2, 5, 10, 20, 50), 100 * table[key])
         plots.title(ax, "P3", what)
     axes[0].legend(fontsize=7)
     fig.tight_layout()
     return fig
 
 
-def _plain_ticks(axis, values) -> None:
-    """Ticks of a log axis at `values`, written plainly (2, 5, 10), no minor labels to collide."""
+def _plain_ticks(axis, values, data) -> None:
+    """Ticks of a log axis at `values`, written plainly (2, 5, 10), no minor labels to collide; left to matplotlib
+    unless every plotted value `data` is positive (a smoke run's shares can be 0)."""
     from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
 
+    data = np.asarray(data, dtype=float)
+    if not (data.size and (data > 0).all()):
+        return
     axis.set_major_locator(FixedLocator(list(values)))
     axis.set_major_formatter(lambda v, _: f"{v:g}")
     axis.set_minor_locator(NullLocator())
@@ -189,6 +196,10 @@ def spread_figure(metrics_by_run: dict, arms, seed: int = 0):
             if r.get("moe/update_log_ratio_std") is not None]
     frame = pd.DataFrame(rows, columns=["change", "token", "sequence", "mode"])
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    if frame.empty or not ((frame.change > 0) & (frame.token > 0) & (frame.sequence > 0)).any():
+        ax.text(0.5, 0.5, "no update with routing change and ratio spreads logged", ha="center", transform=ax.transAxes)
+        return fig
+    frame = frame[(frame.change > 0) & (frame.token > 0) & (frame.sequence > 0)]  # log axes
     for level, colour in (("token", "tab:orange"), ("sequence", "tab:green")):
         for mode, marker in (("lora", "o"), ("full", "^")):
             part = frame[frame["mode"] == mode]
@@ -197,7 +208,7 @@ def spread_figure(metrics_by_run: dict, arms, seed: int = 0):
     ax.axvline(10, ls="--", c="grey", lw=1)
     ax.set(xscale="log", yscale="log", xlabel="activated experts changed by the update (%)",
            ylabel="std of log ratio after the update")
-    _plain_ticks(ax.xaxis, (1, 2, 5, 10, 20, 50))
+    _plain_ticks(ax.xaxis, (1, 2, 5, 10, 20, 50), 100 * frame.change)
     ax.legend(fontsize=7)
     plots.title(ax, "P3", "per update: routing change against ratio spread")
     fig.tight_layout()
