@@ -21,6 +21,7 @@ import pandas as pd
 from ..config import TrainConfig
 from ..models import EMBEDDED
 from .base_models import card  # noqa: F401  (notebook 08 reads the grid model's card through this module)
+from .collapse import COLLAPSE_STEPS, collapsed  # noqa: F401  (the grid's cells read DESIGN's collapse)
 from .runs import mean_over, run_key
 
 BALANCED = EMBEDDED["moe-balanced"]
@@ -39,8 +40,6 @@ BASE_FIELDS = {"preset": "grpo", "loss_eps_high": 0.28, "warmup_steps": 0, "task
 the first included), the bf16 rollout engine of notebook 08's arms, a small held-out check at the end; P3's measure
 over every rollout token after every update (`expert_change='full'`, as the committed cells were trained: their
 routing passes also give the update's token and sequence ratio spreads, `moe.update_ratios`)"""
-COLLAPSE_STEPS = 5
-"""DESIGN's collapse: training reward below the base's for >= 5 consecutive steps"""
 
 
 def cell_name(mode: str, lr_mult: float, mu: int) -> str:
@@ -79,16 +78,6 @@ def parse_cell(arm: str) -> dict:
 
 
 # ---------------------------------------------------------------- per cell
-
-def collapsed(rewards: list, base: float, n: int = COLLAPSE_STEPS) -> bool:
-    """DESIGN's collapse: `n` or more consecutive steps whose training reward (reward/mean) is below `base`."""
-    run = 0
-    for r in rewards:
-        run = run + 1 if r < base else 0
-        if run >= n:
-            return True
-    return False
-
 
 def _layers(metrics: list) -> list:
     n = len({k for r in metrics for k in r if k.startswith("moe/expert_change/l")})

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from . import ratio_prefix
+from .collapse import COLLAPSE_STEPS, collapsed  # noqa: F401  (the grid's cells read DESIGN's collapse)
 from .intervals import mean_interval
 
 REACH = 200
@@ -32,8 +33,6 @@ BATCH_AT = (50, 100)
 """prefix lengths at which the RL batch's share outside [0.5, 2] is read beside the panel's (its responses end near
 100 tokens): the panel's long chains are not the training distribution, the comparison at equal L shows how much
 more their ratios move"""
-COLLAPSE_STEPS = 5
-"""DESIGN: a run collapses when its training reward stays below the base's for >= 5 consecutive steps"""
 
 
 def at_update(tok: dict, k: int) -> dict:
@@ -92,16 +91,6 @@ def geo_spread(tok: dict) -> float:
         np.zeros(0)
     log_s = sums / np.maximum(tok["length"], 1)  # (N,)
     return float(math.sqrt(ratio_prefix.pooled_var(log_s[:, None], tok["step"])[0]))
-
-
-def collapsed(rewards, base: float, run: int = COLLAPSE_STEPS) -> bool:
-    """True when `rewards` (per step) stay below `base` for >= `run` consecutive steps (DESIGN)."""
-    streak = 0
-    for r in rewards:
-        streak = streak + 1 if r < base else 0
-        if streak >= run:
-            return True
-    return False
 
 
 def run_measures(rec: dict, mu: int, n_boot: int = ratio_prefix.N_BOOT) -> dict:

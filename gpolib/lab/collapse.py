@@ -1,0 +1,17 @@
+"""DESIGN's collapse of a training run (P4, S1's and P3's grids): its training reward below the base's for >= 5
+consecutive steps. What "the base's" reward is stays with each grid: S1's cell compares with its own step-0 reward,
+P3's cell with the base card's held-out accuracy."""
+from __future__ import annotations
+
+COLLAPSE_STEPS = 5
+"""DESIGN: a run collapses when its training reward stays below the base's for >= 5 consecutive steps"""
+
+
+def collapsed(rewards, base: float, run: int = COLLAPSE_STEPS) -> bool:
+    """True when `rewards` (per step) stay below `base` (strictly) for >= `run` consecutive steps."""
+    streak = 0
+    for r in rewards:
+        streak = streak + 1 if r < base else 0
+        if streak >= run:
+            return True
+    return False
