@@ -62,11 +62,11 @@ def form_stats(texts: list) -> dict:
             "long_share": {k: _mean(v) for k, v in sorted(long_share.items()) if len(v) >= 20}}
 
 
-def measure(path: str, n_prompts: int, group: int, max_new_tokens: int, seed: int) -> dict:
-    """Steps: 1. load the base (no LoRA); 2. sample G per prompt; 3. score; 4. summarise."""
+def measure(path: str, n_prompts: int, group: int, max_new_tokens: int, seed: int, split: str = "heldout") -> dict:
+    """Steps: 1. load the base (no LoRA); 2. sample G per prompt of `split`'s first prompts; 3. score; 4. summarise."""
     model, tok = load_policy(path, lora_r=0)
     model.eval()
-    rows = load_tasks(default_task_path("heldout"))[:n_prompts]
+    rows = load_tasks(default_task_path(split))[:n_prompts]
     torch.manual_seed(seed)
     texts, lengths, truncated, wall = sample(model, tok, rows, group, max_new_tokens)
     per_row = [r for r in rows for _ in range(group)]
@@ -75,7 +75,7 @@ def measure(path: str, n_prompts: int, group: int, max_new_tokens: int, seed: in
     by_hardness = defaultdict(list)
     for r, row in zip(rewards, per_row):
         by_hardness[min(row["hardness"] // 3 * 3, HARDEST)].append(r)
-    return {"model": path, "n_prompts": len(rows), "G": group, "max_new_tokens": max_new_tokens,
+    return {"model": path, "split": split, "n_prompts": len(rows), "G": group, "max_new_tokens": max_new_tokens,
             "accuracy": _mean(rewards), "groups/all_correct": _mean([s == group for s in sums]),
             "groups/all_wrong": _mean([s == 0 for s in sums]),
             "groups/mixed": _mean([0 < s < group for s in sums]),

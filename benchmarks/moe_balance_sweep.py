@@ -7,6 +7,7 @@ scratch folder; then measures, on held-out prompts, the routing of the model car
 expert's share of the activated (token, slot) pairs, min / max per layer), the dead experts per layer, the premise
 of P3 (`gspo_moe.load_balance`: every expert's share >= 0.25 x 1/E in every layer) and the sampled accuracy. One
 setting per call, one JSON line appended to `--results`; `--table` prints the collected sweep as markdown.
+Recipes are chosen on validation prompts (`--split val`); the card then measures the chosen model on held-out ones.
 
     python benchmarks/moe_balance_sweep.py --work SCRATCH --coef 0.2 --per-layer
     python benchmarks/moe_balance_sweep.py --work SCRATCH --coef 0   # the fine MoE itself, untouched (steps 0)
@@ -26,8 +27,9 @@ RESULTS = Path(__file__).with_name("moe_balance_sweep.jsonl")
 """one JSON object per measured setting"""
 
 
-def routing_summary(path: str, max_new_tokens: int) -> dict:
-    """The card's routing record of the model at `path` with the dead experts per layer and P3's premise."""
+def routing_summary(path: str, max_new_tokens: int, split: str = "heldout") -> dict:
+    """The card's routing record of the model at `path`, on `split`'s prompts, with the dead experts per layer and
+    P3's premise."""
     from base_metrics import routing
 
     from gpolib.lab.gspo_moe import load_balance
@@ -36,7 +38,7 @@ def routing_summary(path: str, max_new_tokens: int) -> dict:
 
     model, tok = load_policy(path, lora_r=0)
     torch.manual_seed(0)
-    r = routing(model.eval(), tok, load_tasks(default_task_path("heldout")), max_new_tokens)
+    r = routing(model.eval(), tok, load_tasks(default_task_path(split)), max_new_tokens)
     premise = load_balance(r)
     return {**r, "premise": premise.word, "premise_text": premise.text}
 
@@ -47,22 +49,26 @@ def run(args) -> dict:
     from gpolib.models import EMBEDDED
     from gpolib.pretrain import PretrainConfig, pretrain
 
-    name = f"aux{args.coef:g}-{'layer' if args.per_layer else 'pooled'}-{args.steps}"
-    path, wall = EMBEDDED["moe-fine"], 0.0
-    if args.coef > 0:
+    name = (f"aux{args.coef:g}-{'layer' if args.per_layer else 'pooled'}-{args.steps}"
+            + (f"-floor{args.floor_coef:g}x{args.floor:g}" if args.floor_coef else "") + (f"-lr{args.lr:g}"))
+    path, wall = args.measure or EMBEDDED["moe-fine"], 0.0
+    if args.measure:
+        name = args.setting or args.measure
+    elif args.coef > 0:
         cfg = PretrainConfig(arch="moe-balanced", init=EMBEDDED["moe-fine"], steps=args.steps, lr=args.lr,
                              warmup=args.warmup, micro_batches=4, aux_coef=args.coef, aux_per_layer=args.per_layer,
-                             seed=args.seed, out=str(Path(args.work) / name))
+                             floor_coef=args.floor_coef, floor=args.floor, seed=args.seed, out=str(Path(args.work) / name))
         t0 = time.perf_counter()
         pretrain(cfg, show_progress=False)
         wall, path = time.perf_counter() - t0, cfg.out
     else:
         name = "fine MoE (no continuation)"
-    acc = measure(path, args.n_prompts, args.group, args.max_new_tokens, seed=0)
-    out = {"setting": name, "coef": args.coef, "per_layer": args.per_layer, "steps": args.steps if args.coef else 0,
+    acc = measure(path, args.n_prompts, args.group, args.max_new_tokens, seed=0, split=args.split)
+    out = {"setting": name, "split": args.split, "coef": args.coef, "floor_coef": args.floor_coef, "floor": args.floor,
+           "per_layer": args.per_layer, "steps": args.steps if args.coef else 0,
            "lr": args.lr, "train_s": round(wall, 1), "threads": torch.get_num_threads(),
            "accuracy": acc["accuracy"], "acc_prompts": acc["n_prompts"], "acc_G": acc["G"],
-           "routing": routing_summary(path, args.max_new_tokens)}
+           "routing": routing_summary(path, args.max_new_tokens, args.split)}
     with open(args.results, "a") as fh:
         fh.write(json.dumps(out) + "\n")
     return out
@@ -108,12 +114,19 @@ def main(argv=None) -> None:
     p.add_argument("--per-layer", action="store_true", help="the Switch loss per layer (else transformers' pooled)")
     p.add_argument("--steps", type=int, default=150)
     p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--floor-coef", type=float, default=0.0, help="coefficient of `pretrain.underload_per_layer`")
+    p.add_argument("--floor", type=float, default=0.5, help="its floor, x uniform")
+    p.add_argument("--measure", metavar="MODEL", help="measure this model folder (no training) as the row --setting")
+    p.add_argument("--setting", default="", help="the row's name with --measure")
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--seed", type=int, default=1, help="the data stream's seed (the fine MoE was trained on seed 0)")
     p.add_argument("--n-prompts", type=int, default=256)
     p.add_argument("--group", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=192)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--split", default="heldout", choices=("val", "heldout"),
+                   help="prompts the routing and accuracy are measured on: val to choose a recipe (the first rows, "
+                        "2026-12-06, were measured on held-out prompts), held-out for the card")
     p.add_argument("--results", type=Path, default=RESULTS)
     p.add_argument("--table", action="store_true", help="print the collected sweep as a markdown table")
     p.add_argument("--premise", nargs="+", metavar="MODEL", help="P3's premise of these models on --n-prompts held-out "

@@ -31,6 +31,9 @@ def add_pretrain(sub) -> None:
     p.add_argument("--init", default="", help="a model folder whose weights training starts from (default: scratch)")
     p.add_argument("--aux-coef", type=float, default=None, help="MoE load-balancing coefficient (default: 0.01)")
     p.add_argument("--aux-per-layer", action="store_true", help="MoE: the load-balancing loss per layer")
+    p.add_argument("--floor-coef", type=float, default=0.0,
+                   help="MoE: coefficient of the underload hinge (experts below --floor x uniform pushed up; default 0)")
+    p.add_argument("--floor", type=float, default=0.5, help="MoE: the underload hinge's floor, x uniform (default 0.5)")
     p.add_argument("--out", default="", help="output directory (default: data/models/tiny-qwen3[-moe])")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
 
@@ -43,7 +46,7 @@ def cmd_pretrain(args) -> int:
         ("steps", args.steps), ("batch_size", args.batch_size), ("micro_batches", args.micro_batches),
         ("lr", args.lr), ("warmup", args.warmup), ("aux_coef", args.aux_coef)) if v is not None}
     cfg = PretrainConfig(arch=args.arch, seed=args.seed, out=args.out, init=args.init,
-                         aux_per_layer=args.aux_per_layer, **overrides)
+                         aux_per_layer=args.aux_per_layer, floor_coef=args.floor_coef, floor=args.floor, **overrides)
     losses = pretrain(cfg)
     print(jsonio.dumps({"out": cfg.out, "steps": len(losses), "final_loss": losses[-1]}))
     return 0

@@ -53,6 +53,9 @@ def _recipe_lines(log: dict, cfg: dict) -> list[str]:
             if rc.get("aux_per_layer") else "transformers' form, counts pooled over layers")
     aux = (f" plus the router load-balancing loss (coefficient {cfg['router_aux_loss_coef']}, {form})"
            if rc["arch"] in MOE_ARCHS else "")
+    if rc.get("floor_coef"):
+        aux += (f" plus {rc['floor_coef']} x the underload hinge (`pretrain.underload_per_layer`: each expert whose soft "
+                f"share of the top-k picks is below {rc['floor']} x uniform pushed up, per layer)")
     init = ([f"- Starts from the weights of `{rc['init']}` (its own recipe in its card) and continues training."]
             if rc.get("init") else [])
     return ["## Training recipe", "", *init,
@@ -84,6 +87,8 @@ def rebuild_command(rc: dict) -> str:
         cmd += f" --init {rc['init']} --lr {rc['lr']} --warmup {rc['warmup']}"
     if rc.get("aux_coef") is not None:
         cmd += f" --aux-coef {rc['aux_coef']}" + (" --aux-per-layer" if rc.get("aux_per_layer") else "")
+    if rc.get("floor_coef"):
+        cmd += f" --floor-coef {rc['floor_coef']} --floor {rc['floor']}"
     return cmd
 
 
@@ -124,14 +129,14 @@ def balance_lines(routing: dict | None) -> list[str]:
 def sweep_table(rows: list) -> list[str]:
     """Markdown rows of a load-balancing sweep (`benchmarks/moe_balance_sweep.py`'s JSON lines): per setting the
     worst layer's lowest and highest expert share over uniform, dead experts per layer, P3's premise, accuracy."""
-    lines = ["| setting | aux coef | form | steps | lr | min share / uniform (worst layer) | dead experts per layer | "
-             "max share / uniform (worst layer) | premise | held-out accuracy (T = 1) | train s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| setting | prompts | aux coef | form | steps | lr | min share / uniform (worst layer) | dead experts per "
+             "layer | max share / uniform (worst layer) | premise | accuracy (T = 1) | train s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         ro = r["routing"]
         n_experts = round(1 / ro["uniform_share"])
         form = "-" if not r["steps"] else "per layer" if r["per_layer"] else "pooled"
-        lines.append(f"| {r['setting']} | {r['coef']:g} | {form} | {r['steps']} | {r['lr'] if r['steps'] else '-'} "
+        lines.append(f"| {r['setting']} | {r.get('split', 'heldout')} | {r['coef']:g} | {form} | {r['steps']} | {r['lr'] if r['steps'] else '-'} "
                      f"| {n_experts * min(ro['expert_share_min']):.2f} | {'/'.join(map(str, ro['dead_experts']))} "
                      f"| {n_experts * max(ro['expert_share_max']):.2f} | {'met' if ro['premise'] == 'reproduced' else 'not met'} | {r['accuracy']:.3f} "
                      f"({r['acc_prompts']} x {r['acc_G']}) | {r['train_s']:.0f} |")
@@ -151,8 +156,10 @@ def _sweep_lines(log: dict) -> list[str]:
     rows = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
     return ["## How the recipe was chosen", "", f"`{SWEEP}` (`benchmarks/moe_balance_sweep.py`): each setting "
             f"continues `{rc['init']}` (warm-up 10 steps, cosine to 10%) on one thread under a shared machine's load (train s: wall "
-            "time), then measures the routing of one sample per prompt of 64 held-out prompts and the accuracy of 256 "
-            "held-out prompts x 4 samples:", "", *sweep_table(rows), ""]
+            "time), then measures the routing of one sample per prompt of 64 prompts and the accuracy of 256 prompts x 4 "
+            "samples, on the split the row names. The first rows were measured on held-out prompts; from 2026-12-06 on, "
+            "recipes are chosen on validation prompts and only the chosen model is measured on held-out ones (its card "
+            "above):", "", *sweep_table(rows), ""]
 
 
 def _card_text(log: dict, cfg: dict, metrics: dict | None) -> str:

@@ -68,6 +68,13 @@ class PretrainConfig:
     """MoE: the Switch Transformer loss per layer, averaged over layers (`balance_per_layer`), in place of
     transformers' form, which pools each expert index's counts over the layers (an expert dead in one layer but busy
     in another is then pushed further down)"""
+    floor_coef: float = 0.0
+    """MoE: coefficient of `underload_per_layer`, a hinge that raises each layer's experts whose share of the top-k
+    picks is below `floor` x uniform; 0 leaves it out. The Switch loss's gradient on an expert's probability is
+    proportional to that expert's own load, so it barely moves an expert that is rarely picked
+    (benchmarks/README.md, the load-balance sweep)"""
+    floor: float = 0.5
+    """MoE: the load, as a multiple of the uniform share 1/E, below which `underload_per_layer` pushes an expert up"""
     out: str = ""
     """output directory; "" means the shipped location of `arch`"""
 
@@ -78,6 +85,8 @@ class PretrainConfig:
             raise ValueError(f"steps={self.steps}, batch_size={self.batch_size}: both must be >= 1")
         if self.aux_coef is not None and self.aux_coef < 0:
             raise ValueError(f"aux_coef={self.aux_coef} must be >= 0")
+        if self.floor_coef < 0 or not 0 < self.floor < 1:
+            raise ValueError(f"floor_coef={self.floor_coef} must be >= 0 and floor={self.floor} in (0, 1)")
         if not 1 <= self.micro_batches <= self.batch_size:
             raise ValueError(f"micro_batches={self.micro_batches} must be in [1, batch_size={self.batch_size}]")
         self.out = self.out or str(repo_root() / EMBEDDED[self.arch])
@@ -148,7 +157,40 @@ def balance_per_layer(router_logits: tuple, mask: torch.Tensor, k: int) -> torch
     return torch.stack(out).mean()
 
 
-def batch_step(model, batch: tuple, micro_batches: int, is_moe: bool, per_layer_coef: float = 0.0) -> float:
+SOFT_PICK_T = 1.0
+"""temperature (router-logit units) of `soft_picks`' sigmoid around the top-k threshold"""
+
+
+def soft_picks(logits: torch.Tensor, k: int, t: float = SOFT_PICK_T) -> torch.Tensor:
+    """A differentiable stand-in for the top-k pick indicator: sigmoid((logit - c) / t), c (detached) midway between
+    each token's k-th and (k+1)-th largest logit. logits (N, E) -> (N, E) in (0, 1); above 1/2 exactly at the picks."""
+    top = logits.detach().topk(k + 1, dim=-1).values  # (N, k + 1), descending
+    c = 0.5 * (top[:, k - 1] + top[:, k])  # (N,)
+    return torch.sigmoid((logits - c[:, None]) / t)
+
+
+def underload_per_layer(router_logits: tuple, mask: torch.Tensor, k: int, floor: float) -> torch.Tensor:
+    """mean_l sum_e relu(floor - u_le): u_le = (E / k) x expert e's share of the real tokens' top-k picks in layer l,
+    its load as a multiple of the uniform share (mean 1 over the experts). The value uses the hard picks (it is zero
+    exactly when every expert's pick share is >= floor x uniform, P3's premise at floor 0.25); the gradient flows
+    through `soft_picks` (straight through), so a short expert's router logit is pushed up on every token, most where
+    it is near the top-k threshold. A dead expert adds `floor`. router_logits: per layer (N, E); mask (N,)."""
+    keep = mask.reshape(-1).to(router_logits[0].dtype)  # (N,)
+    n = keep.sum().clamp(min=1)
+    out = []
+    for logits in router_logits:
+        E = logits.shape[-1]
+        logits = logits.float()
+        hard = torch.zeros_like(logits).scatter_(1, logits.topk(k, dim=-1).indices, 1.0)  # (N, E), k ones a row
+        soft = soft_picks(logits, k)  # (N, E)
+        picks = hard + soft - soft.detach()  # hard in value, soft in gradient
+        load = (picks * keep[:, None]).sum(dim=0) / n * (E / k)  # (E,)
+        out.append(torch.relu(floor - load).sum())
+    return torch.stack(out).mean()
+
+
+def batch_step(model, batch: tuple, micro_batches: int, is_moe: bool, per_layer_coef: float = 0.0,
+               floor_coef: float = 0.0, floor: float = 0.5) -> float:
     """Forward + backward of one SFT batch (ids, mask, labels), each (B, T); returns its loss.
 
     micro_batches = 1: one padded forward (transformers' loss: mean cross-entropy over the labelled tokens, plus
@@ -156,11 +198,12 @@ def batch_step(model, batch: tuple, micro_batches: int, is_moe: bool, per_layer_
     many chunks, each trimmed to its longest row; each chunk's cross-entropy is summed and divided by the batch's
     labelled-token count (`num_items_in_batch`), its load-balancing term weighted 1 / micro_batches.
     per_layer_coef > 0 adds that coefficient x `balance_per_layer` of each call (weighted alike); the model's own
-    pooled term is then expected off (`model.router_aux_loss_coef` = 0)."""
+    pooled term is then expected off (`model.router_aux_loss_coef` = 0). floor_coef > 0 adds that coefficient x
+    `underload_per_layer(..., floor)` of each call, weighted alike."""
     ids, mask, labels = batch
     if micro_batches == 1:
         out = model(input_ids=ids, attention_mask=mask, labels=labels, output_router_logits=is_moe)
-        loss = out.loss + (per_layer_coef * _per_layer(model, out, mask) if per_layer_coef else 0)
+        loss = out.loss + _balance_terms(model, out, mask, per_layer_coef, floor_coef, floor)
         loss.backward()
         return loss.item()
     n_items = (labels[:, 1:] != -100).sum()  # the tokens the shifted labels score
@@ -171,16 +214,24 @@ def batch_step(model, batch: tuple, micro_batches: int, is_moe: bool, per_layer_
         loss = out.loss
         if is_moe:  # transformers adds coef x aux at full weight per call: keep 1 / micro_batches of it
             loss = loss - model.router_aux_loss_coef * out.aux_loss * (1 - 1 / micro_batches)
-        if per_layer_coef:
-            loss = loss + per_layer_coef * _per_layer(model, out, mask[rows, :T]) / micro_batches
+        loss = loss + _balance_terms(model, out, mask[rows, :T], per_layer_coef, floor_coef, floor) / micro_batches
         loss.backward()
         total += loss.item()
     return total
 
 
-def _per_layer(model, out, mask: torch.Tensor) -> torch.Tensor:
-    """`balance_per_layer` of one forward's router logits (per layer (B*T, E)) over its real tokens (mask (B, T))."""
-    return balance_per_layer(out.router_logits, mask.reshape(-1), model.config.num_experts_per_tok)
+def _balance_terms(model, out, mask: torch.Tensor, per_layer_coef: float, floor_coef: float, floor: float):
+    """per_layer_coef x `balance_per_layer` + floor_coef x `underload_per_layer` of one forward's router logits (per
+    layer (B*T, E)) over its real tokens (mask (B, T)); 0 where both coefficients are 0."""
+    if not (per_layer_coef or floor_coef):
+        return 0.0
+    k, m = model.config.num_experts_per_tok, mask.reshape(-1)
+    terms = 0.0
+    if per_layer_coef:
+        terms = terms + per_layer_coef * balance_per_layer(out.router_logits, m, k)
+    if floor_coef:
+        terms = terms + floor_coef * underload_per_layer(out.router_logits, m, k, floor)
+    return terms
 
 
 def build_model(cfg: PretrainConfig, tok):
@@ -220,7 +271,7 @@ def pretrain(cfg: PretrainConfig, show_progress: bool = True) -> list[float]:
             group["lr"] = lr_at(step, cfg)
         opt.zero_grad(set_to_none=True)
         loss = batch_step(model, sft_batch(reserved, tok, rng, cfg), cfg.micro_batches, is_moe,
-                          cfg.aux_coef if cfg.aux_per_layer else 0.0)
+                          cfg.aux_coef if cfg.aux_per_layer else 0.0, cfg.floor_coef, cfg.floor)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         losses.append(round(loss, 6))

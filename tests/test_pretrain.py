@@ -166,6 +166,59 @@ def test_per_layer_term_in_batch_step_is_the_mean_of_the_micro_batches():
     assert got == pytest.approx(ce + 0.3 * sum(per) / 2, rel=1e-6)
 
 
+def test_underload_hinge_by_hand():
+    """One token, E = 4, k = 2, logits (3, 1, 0, -2): the soft picks' threshold sits midway between the 2nd and 3rd
+    logit (0.5): sigmoid(2.5, 0.5, -0.5, -2.5) = (0.9241, 0.6225, 0.3775, 0.0759), above 1/2 exactly at the picks.
+    The hinge's value takes the hard picks: loads (E / k x picks) (2, 2, 0, 0); floor 0.5: experts 2 and 3 short by
+    0.5 each -> 1.0; floor 0.25 -> 0.5. Two tokens picking (0, 1) and (2, 3): every load 1, nothing short at any
+    floor < 1. A masked token changes nothing; two layers: their mean."""
+    from gpolib.pretrain import soft_picks, underload_per_layer
+
+    z = torch.tensor([[3.0, 1.0, 0.0, -2.0]], dtype=torch.float64)
+    s = soft_picks(z, 2)
+    assert s[0].tolist() == pytest.approx([0.9241418, 0.6224593, 0.3775407, 0.0758582], abs=1e-6)
+    assert ((s > 0.5) == torch.tensor([[True, True, False, False]])).all()
+    one = torch.ones(1)
+    assert underload_per_layer((z,), one, 2, 0.5).item() == pytest.approx(1.0)
+    assert underload_per_layer((z,), one, 2, 0.25).item() == pytest.approx(0.5)
+    even = torch.tensor([[3.0, 1.0, 0.0, -2.0], [-2.0, 0.0, 1.0, 3.0]], dtype=torch.float64)
+    assert underload_per_layer((even,), torch.ones(2), 2, 0.9).item() == 0.0
+    pad = torch.cat([z, torch.tensor([[-5.0, -5.0, 9.0, 9.0]], dtype=torch.float64)])  # a masked second token
+    assert underload_per_layer((pad,), torch.tensor([1.0, 0.0]), 2, 0.5).item() == pytest.approx(1.0)
+    assert underload_per_layer((even, z.repeat(2, 1)), torch.ones(2), 2, 0.5).item() == pytest.approx(0.5)  # (0 + 1) / 2
+
+
+def test_underload_hinge_raises_only_the_short_experts_logits():
+    """Straight through the soft picks: d/dz_e of relu(0.5 - 2 pick_e) = -2 s_e (1 - s_e) for a short expert (c
+    detached): expert 2 (s = 0.3775) -0.47001, expert 3 (s = 0.0759) -0.14021; experts above the floor get none."""
+    from gpolib.pretrain import underload_per_layer
+
+    z = torch.tensor([[3.0, 1.0, 0.0, -2.0]], dtype=torch.float64, requires_grad=True)
+    underload_per_layer((z,), torch.ones(1), 2, 0.5).backward()
+    assert z.grad[0].tolist() == pytest.approx([0.0, 0.0, -0.4700074, -0.1402074], abs=1e-6)
+
+
+def test_underload_term_in_batch_step_is_the_mean_of_the_micro_batches():
+    """batch_step with floor_coef: the cross-entropy plus coef x the mean of the micro-batches' hinge terms."""
+    from gpolib.pretrain import underload_per_layer
+
+    batch = _batch(8)
+    ce = batch_step(_model("moe", router_aux_loss_coef=0.0), batch, 2, is_moe=True)
+    model = _model("moe", router_aux_loss_coef=0.0)
+    model.router_aux_loss_coef = 0.0
+    ids, mask, _ = batch
+    lengths = mask.sum(dim=1)
+    per = []
+    with torch.no_grad():
+        for rows in torch.argsort(lengths, stable=True).chunk(2):
+            T = int(lengths[rows].max())
+            out = model(input_ids=ids[rows, :T], attention_mask=mask[rows, :T], output_router_logits=True)
+            per.append(float(underload_per_layer(out.router_logits, mask[rows, :T].reshape(-1), 2, 0.9)))
+    assert sum(per) > 0  # some expert short of 0.9 x uniform in a fresh router: the term is not vacuous here
+    got = batch_step(model, batch, 2, is_moe=True, floor_coef=2.0, floor=0.9)
+    assert got == pytest.approx(ce + 2.0 * sum(per) / 2, rel=1e-6)
+
+
 def test_rebuild_command_names_every_recipe_field():
     from gpolib.model_card import rebuild_command
 
@@ -174,6 +227,7 @@ def test_rebuild_command_names_every_recipe_field():
     assert rebuild_command(rc) == ("python -m gpolib pretrain --arch moe-balanced --steps 120 --seed 1 --micro-batches 4 "
                                    "--init data/models/tiny-qwen3-moe-fine --lr 0.0003 --warmup 10 --aux-coef 0.2 "
                                    "--aux-per-layer")
+    assert rebuild_command({**rc, "floor_coef": 1.0, "floor": 0.5}).endswith("--aux-per-layer --floor-coef 1.0 --floor 0.5")
     assert rebuild_command({"arch": "dense", "steps": 800, "seed": 0}) == \
         "python -m gpolib pretrain --arch dense --steps 800 --seed 0"
 
@@ -188,7 +242,7 @@ def test_card_balance_table_and_sweep_rows():
     assert "| 0 | 0.00 | 4.00 | 3 |" in lines and "| 1 | 0.50 | 2.00 | 0 |" in lines
     row = {"setting": "s", "coef": 0.2, "per_layer": True, "steps": 120, "train_s": 300.4, "accuracy": 0.4012,
            "acc_prompts": 256, "acc_G": 4, "routing": routing, "lr": 3e-4}
-    assert sweep_table([row])[-1] == "| s | 0.2 | per layer | 120 | 0.0003 | 0.00 | 3/0 | 4.00 | not met | 0.401 (256 x 4) | 300 |"
+    assert sweep_table([row])[-1] == "| s | heldout | 0.2 | per layer | 120 | 0.0003 | 0.00 | 3/0 | 4.00 | not met | 0.401 (256 x 4) | 300 |"
 
 
 def test_balanced_moe_loads_and_routes_as_the_standard_class():
