@@ -163,13 +163,24 @@ def _runs(acc_end: dict, seeds=(0, 1, 2)):
     return metrics, summaries
 
 
+def _falling(base=0.5, later=0.3, steps=6):
+    """A run whose training reward stays below its step-0 reward from step 1 on (DESIGN's collapse at 6 steps)."""
+    return [{"step": t, "reward/mean": base if t == 0 else later, "clip/frac": 0.01, "ratio/log_std": 0.02}
+            for t in range(steps)]
+
+
 def test_collapsed_and_run_table():
-    assert gm.collapsed(_summary(0.5, 0.44)) and not gm.collapsed(_summary(0.5, 0.46))
+    """DESIGN's collapse: training reward below the run's step-0 reward for >= 5 consecutive steps; a held-out drop
+    alone is not a collapse."""
+    assert gm.collapsed(_falling()) and not gm.collapsed(_falling(steps=5))
+    assert not gm.collapsed([{"reward/mean": r} for r in (0.5, 0.4, 0.4, 0.6, 0.4, 0.4, 0.4)])  # broken at step 3
     acc = {"grpo": [0.40, 0.50, 0.50], "grpo_replay": [0.5] * 3, "gspo": [0.5] * 3, "gspo_engine": [0.5] * 3}
     metrics, summaries = _runs(acc)
+    metrics["grpo/seed1"] = _falling()
     t = gm.run_table(metrics, summaries)
     row = t.loc["grpo/seed0"]
-    assert row["acc end"] == 0.40 and bool(row["collapsed"]) and row["reward (last 20%)"] == pytest.approx(0.5)
+    assert row["acc end"] == 0.40 and not bool(row["collapsed"]) and row["reward (last 20%)"] == pytest.approx(0.5)
+    assert bool(t.loc["grpo/seed1", "collapsed"])
     assert row["log-ratio std"] == pytest.approx(0.024) and row["log-ratio std max"] == pytest.approx(0.04)
     means = gm.arm_means(t)
     assert list(means.index) == list(gm.ARMS) and means.loc["grpo", "collapsed runs"] == 1
@@ -180,11 +191,13 @@ def test_p4_p5_evidence_and_verdicts_from_runs():
     acc = {"grpo": [0.40, 0.42, 0.41], "grpo_replay": [0.50, 0.51, 0.52], "gspo": [0.51, 0.50, 0.52],
            "gspo_engine": [0.50, 0.51, 0.52]}
     metrics, summaries = _runs(acc)
+    metrics["grpo/seed2"] = _falling()
     e4 = gm.p4_evidence(metrics, summaries, range(3), expert_change=0.05, routing=BALANCED)
-    assert e4["acc_grpo"] == [0.40, 0.42, 0.41] and e4["collapsed_grpo"] == [True] * 3  # 0.5 -> < 0.45
+    assert e4["acc_grpo"] == [0.40, 0.42, 0.41] and e4["collapsed_grpo"] == [False, False, True]
     assert e4["reward_gspo"] == pytest.approx([0.52] * 3) and e4["clip_grpo"] == pytest.approx([0.01] * 3)
+    assert e4["spread_max_gspo"] == pytest.approx([0.04] * 3)
     v4 = report.judge("P4", e4)
-    assert v4.word == REPRODUCED and "collapsed runs grpo 3, grpo_replay 0, gspo 0" in v4.text
+    assert v4.word == REPRODUCED and "collapsed runs" in v4.text and "GRPO 1, GRPO + replay 0, GSPO 0" in v4.text
     mismatch = {"token_mismatch": 0.05, "seq_mismatch": 0.01, "seq_clipped": 0.9}
     e5 = gm.p5_evidence(metrics, summaries, range(3), mismatch)
     assert e5["acc_engine"] == [0.50, 0.51, 0.52] and e5["acc_recompute"] == [0.51, 0.50, 0.52]

@@ -90,6 +90,39 @@ def test_cell_measures_and_the_verdict_from_hand_made_cells():
     assert report.judge("P3", {**e, "grid": [{**cells[0], "run_mean": 0.05}]}).word == REPRODUCED
 
 
+def test_collapse_reads_the_cells_own_step0_reward_by_default():
+    """The base's training reward is the run's step-0 reward (the base policy's rollout) unless one is given."""
+    falls = [_step(0, 0.40, [0.1]), *[_step(t, 0.38, [0.1]) for t in range(1, 6)]]  # 5 steps below 0.40
+    c = mg.cell_measures(falls)
+    assert c["base_reward"] == 0.40 and c["collapsed"]
+    assert not mg.cell_measures(falls, base_reward=0.35)["collapsed"]
+    assert not mg.cell_measures(falls[:5])["collapsed"]  # 4 steps below: not yet
+
+
+def _table(rows):
+    import pandas as pd
+
+    return pd.DataFrame.from_dict({mg.cell_name(m, x, mu): {"mode": m, "lr_mult": x, "mu": mu, "run_mean": r,
+                                                            "collapsed": c} for m, x, mu, r, c in rows}, orient="index")
+
+
+def test_operating_point_is_the_smallest_update_at_the_highest_level_reached():
+    """Cells (mode, lr x, mu, run-mean, collapsed). >= 10% is reached by lr 3x mu 8 (LoRA), lr 3x mu 4 (all params)
+    and lr 5x mu 1: the smallest update is lr 3x, then mu 4 before mu 8 -> the all-parameter lr 3x mu 4 cell; a
+    collapsed lr 2x cell at 20% is passed over. Without any >= 10% cell the rule falls back to 5%; with none, None."""
+    rows = [("lora", 1, 4, 0.03, False), ("lora", 2, 4, 0.20, True), ("lora", 3, 8, 0.11, False),
+            ("full", 3, 4, 0.12, False), ("lora", 5, 1, 0.15, False), ("lora", 2, 8, 0.07, False)]
+    arm, why = mg.operating_point(_table(rows))
+    assert arm == "grid-full-lr3x-mu4" and ">= 10%" in why and "5 of 6" in why
+    tie = rows + [("lora", 3, 4, 0.10, False)]  # same lr and mu: LoRA + router before all parameters
+    assert mg.operating_point(_table(tie))[0] == "grid-lora-lr3x-mu4"
+    low = [r[:3] + (min(r[3], 0.08),) + r[4:] for r in rows]
+    arm, why = mg.operating_point(_table(low))
+    assert arm == "grid-lora-lr2x-mu8" and ">= 5%" in why
+    arm, why = mg.operating_point(_table([("lora", 1, 4, 0.03, False), ("lora", 10, 4, 0.3, True)]))
+    assert arm is None and "no operating point" in why
+
+
 def test_prefetch_trains_the_grid_with_one_seed(monkeypatch):
     """`prefetch.notebook_runs` adds the lab module's `one_seed_arms(params)` with seed 0 only."""
     from gpolib.lab import gspo_moe
@@ -111,3 +144,28 @@ def test_prefetch_trains_the_grid_with_one_seed(monkeypatch):
     cfg = grid["grid-full-lr1x-mu2/seed0"][0]
     assert cfg.lora_r == 0 and cfg.seed == 0 and cfg.steps == 1 and cfg.warmup_steps == 0 and cfg.mu == 2
     assert len([k for k in got if k.startswith("grpo/")]) == 3  # the other arms keep their seeds
+    assert not [k for k in got if k.startswith("p4_")]  # no operating point yet: no P4 runs
+    monkeypatch.setattr(prefetch, "notebook_params", lambda job: {**params, "P4_CELL": "grid-full-lr1x-mu2",
+                                                                  "P4_STEPS": 3})
+    p4 = {k: v for k, v in prefetch.notebook_runs(job).items() if k.startswith("p4_")}
+    assert len(p4) == 4 * 3 and p4["p4_gspo/seed2"][0].seed == 2  # four arms, every seed
+
+
+def test_p4_arms_take_the_cells_update_and_their_own_objective():
+    """P4's arms at a cell: its model, mode, lr, mu, engine and no warm-up; their objective, the RL split, the
+    notebook's evaluation, P4_STEPS steps. A name outside the grid is refused; "" gives none."""
+    from gpolib.lab import gspo_moe
+
+    params = {"GRID_STEPS": 6, "GRID_LR_MULTS": [1, 3], "GRID_MUS": [1, 8], "GRID_MODES": ["lora", "full"],
+              "GRID_FULL_LR_SCALE": 0.47, "GRID_EVAL_PROMPTS": 64, "P4_CELL": "grid-full-lr3x-mu8", "P4_STEPS": 30}
+    arms = gspo_moe.p4_arms(params)
+    assert sorted(arms) == ["p4_grpo", "p4_grpo_replay", "p4_gspo", "p4_sapo"]
+    g, r, s = arms["p4_grpo"], arms["p4_grpo_replay"], arms["p4_gspo"]
+    assert g["lr"] == pytest.approx(3e-4 * 3 * 0.47) and g["mu"] == 8 and g["lora_r"] == 0 and g["steps"] == 30
+    assert g["warmup_steps"] == 0 and g["rollout_autocast"] == "bfloat16" and g["model"] == mg.BALANCED
+    assert not {"task_train", "eval_prompts", "eval_samples", "expert_change"} & set(g)
+    assert g["preset"] == "grpo" and g["loss_eps_high"] == 0.28 and r["routing_replay"] is True
+    assert s["preset"] == "gspo" and "loss_eps_high" not in s and arms["p4_sapo"]["preset"] == "sapo"
+    assert gspo_moe.p4_arms({**params, "P4_CELL": ""}) == {}
+    with pytest.raises(ValueError, match="not a cell of the grid"):
+        gspo_moe.p4_arms({**params, "P4_CELL": "grid-lora-lr2x-mu4"})

@@ -25,7 +25,7 @@ import torch
 
 from ..folders import write_bytes
 from ..models import EMBEDDED
-from . import stats
+from . import collapse, stats
 from .base_models import card
 from .gspo import clip_share, final_mean, mismatch_stats, sequence_mismatch, token_mismatch
 from .runs import arm_of, end_accuracy, mean_over, run_key
@@ -78,8 +78,20 @@ mismatch below the token-level mismatch is a check (a mean of a sequence's token
 their absolute values, so it holds by construction)"""
 RULES = {"P4": P4_RULE, "P5": P5_RULE}
 """claim id -> the rule that judges it and writes its criterion"""
-COLLAPSE = 0.05
-"""a run 'collapses' when its held-out accuracy ends more than 5 points below where it started"""
+P4_ARMS = {"p4_grpo": {"preset": "grpo", "loss_eps_high": 0.28},
+           "p4_grpo_replay": {"preset": "grpo", "loss_eps_high": 0.28, "routing_replay": True},
+           "p4_gspo": {"preset": "gspo"},
+           "p4_sapo": {"preset": "sapo"}}
+"""P4 at its operating point (DESIGN: the grid cell chosen by `moe_grid.operating_point`, written into full.yaml as
+P4_CELL before these runs): GRPO (Clip-Higher 0.2 / 0.28, as the grid) without and with Routing Replay, GSPO without
+it, SAPO beside (C5); each takes the cell's model, training mode, lr, mu, engine and no warm-up, and trains on the
+RL split with the notebook's held-out evaluation"""
+P4_KEYS = {"grpo": "p4_grpo", "grpo_replay": "p4_grpo_replay", "gspo": "p4_gspo", "sapo": "p4_sapo"}
+"""P4's evidence keys -> the arms at the operating point"""
+DEFAULT_P4_KEYS = {"grpo": "grpo", "grpo_replay": "grpo_replay", "gspo": "gspo"}
+"""the same at the default cell (the fine MoE, lr 3e-4, mu 4): P4's runs before the grid, reported beside"""
+_CELL_ONLY = ("preset", "loss_eps_high", "task_train", "eval_prompts", "eval_samples", "expert_change", "steps")
+"""a grid cell's fields that P4's runs do not take from it (objective, split, evaluation, measure's mode, length)"""
 
 
 # ---------------------------------------------------------------- P3: the paper's measure, logged at every update
@@ -90,6 +102,26 @@ def one_seed_arms(params: dict) -> dict:
     from .moe_grid import grid_from_params
 
     return grid_from_params(params)
+
+
+def p4_arms(params: dict) -> dict:
+    """P4's arms at the operating point `params["P4_CELL"]` (a grid cell's arm name; "" or absent: none yet), each
+    `P4_STEPS` steps: `P4_ARMS` on the cell's fields less `_CELL_ONLY`. `workbook.prefetch` trains them with the
+    notebook's seeds (`seeded_arms`)."""
+    from .moe_grid import grid_from_params
+
+    cell = params.get("P4_CELL") or ""
+    if not cell:
+        return {}
+    grid = grid_from_params(params)
+    if cell not in grid:
+        raise ValueError(f"P4_CELL={cell!r} is not a cell of the grid; cells: {sorted(grid)}")
+    shared = {k: v for k, v in grid[cell].items() if k not in _CELL_ONLY}
+    return {arm: {**shared, **fields, "steps": params["P4_STEPS"]} for arm, fields in P4_ARMS.items()}
+
+
+seeded_arms = p4_arms
+"""the arms beside ARMS that `workbook.prefetch` trains with the notebook's SEEDS"""
 
 
 def layer_means(metrics: list) -> list:
@@ -179,10 +211,10 @@ def expert_change_figure(table: pd.DataFrame, metrics_by_run: dict, paper: float
     return fig
 
 
-def no_replay_change(metrics_by_run: dict, seeds) -> float:
+def no_replay_change(metrics_by_run: dict, seeds, arms=NO_REPLAY) -> float:
     """P4's condition: the share of activated experts that change per update, mean over layers, seeds and the P4
-    runs without Routing Replay (`NO_REPLAY`)."""
-    return _mean([_mean(layer_means(metrics_by_run[run_key(arm, s)])) for arm in NO_REPLAY for s in seeds])
+    runs without Routing Replay (`arms`, default `NO_REPLAY`; at the operating point "p4_grpo", "p4_gspo")."""
+    return _mean([_mean(layer_means(metrics_by_run[run_key(arm, s)])) for arm in arms for s in seeds])
 
 
 # ---------------------------------------------------------------- P5: engine vs trainer likelihoods
@@ -237,14 +269,16 @@ def clipped_by_mismatch(seq_abs_log_ratio: torch.Tensor, eps_low: float, eps_hig
 
 # ---------------------------------------------------------------- P4, P5: the training runs
 
-def collapsed(summary: dict, drop: float = COLLAPSE) -> bool:
-    """Held-out accuracy at the end below the start by more than `drop`."""
-    return summary["eval_end"]["acc/sample"] < summary["eval_start"]["acc/sample"] - drop
+def collapsed(metrics: list) -> bool:
+    """DESIGN's collapse (P4): the run's training reward below the base's for >= 5 consecutive steps, the base's
+    being the run's step-0 reward (its first rollout samples the base policy, before any update)."""
+    rewards = [r["reward/mean"] for r in metrics]
+    return bool(rewards) and collapse.collapsed(rewards, rewards[0])
 
 
 def run_table(metrics_by_run: dict, summaries: dict, frac: float = 0.2) -> pd.DataFrame:
     """One row per run: held-out accuracy at start and end (T = 1, greedy), final training reward, mean clip
-    share, token log-ratio spread (mean and largest step) and whether it collapsed."""
+    share, token log-ratio spread (mean and largest step) and whether it collapsed (`collapsed`, DESIGN's rule)."""
     rows = {}
     for run, m in metrics_by_run.items():
         s = summaries[run]
@@ -252,7 +286,7 @@ def run_table(metrics_by_run: dict, summaries: dict, frac: float = 0.2) -> pd.Da
         rows[run] = {"acc start": s["eval_start"]["acc/sample"], "acc end": s["eval_end"]["acc/sample"],
                      "greedy end": s["eval_end"]["acc/greedy"], "reward (last 20%)": final_mean(m, "reward/mean", frac),
                      "clip/frac": clip_share(m), "log-ratio std": mean_over(m, "ratio/log_std"),
-                     "log-ratio std max": max(spread) if spread else math.nan, "collapsed": collapsed(s)}
+                     "log-ratio std max": max(spread) if spread else math.nan, "collapsed": collapsed(m)}
     return pd.DataFrame.from_dict(rows, orient="index")
 
 
@@ -270,18 +304,27 @@ def _per_seed(arms: dict, seeds, fn) -> dict:
 
 
 def p4_evidence(metrics_by_run: dict, summaries: dict, seeds, expert_change: float | None = None,
-                routing: dict | None = None) -> dict:
-    """P4 per seed: held-out accuracy at the end (judged), final training reward, clip share and collapses
-    (reported), for GRPO, GRPO + replay and GSPO; `expert_change`, P3's measure (share of activated experts that
-    change per update), is P4's condition (absent: the comparison is judged and the condition said unmeasured)."""
-    arms = {"grpo": "grpo", "grpo_replay": "grpo_replay", "gspo": "gspo"}
+                routing: dict | None = None, arms: dict | None = None, where: str = "") -> dict:
+    """P4 per seed: held-out accuracy at the end (judged), final training reward, clip share, largest token
+    log-ratio spread and collapses (reported), for GRPO, GRPO + replay and GSPO (and SAPO where `arms` has it);
+    `arms`: evidence key -> arm (default `DEFAULT_P4_KEYS`); `expert_change`, P3's measure (share of activated
+    experts that change per update), is P4's condition (absent: the comparison is judged and the condition said
+    unmeasured); `where` names the operating point in the verdict."""
+    arms = arms or DEFAULT_P4_KEYS
     out = {}
     for key, fn in (("acc", lambda r: summaries[r]["eval_end"]["acc/sample"]),
                     ("reward", lambda r: final_mean(metrics_by_run[r])),
                     ("clip", lambda r: clip_share(metrics_by_run[r])),
-                    ("collapsed", lambda r: collapsed(summaries[r]))):
+                    ("spread_max", lambda r: _largest(metrics_by_run[r], "ratio/log_std")),
+                    ("collapsed", lambda r: collapsed(metrics_by_run[r]))):
         out.update({f"{key}_{k}": v for k, v in _per_seed(arms, seeds, fn).items()})
-    return {**out, "routing": routing, **({} if expert_change is None else {"expert_change": expert_change})}
+    return {**out, "routing": routing, "arms": sorted(arms), "where": where,
+            **({} if expert_change is None else {"expert_change": expert_change})}
+
+
+def _largest(metrics: list, key: str) -> float:
+    xs = [r[key] for r in metrics if r.get(key) is not None]
+    return max(xs) if xs else math.nan
 
 
 def p5_evidence(metrics_by_run: dict, summaries: dict, seeds, mismatch: dict) -> dict:
@@ -357,10 +400,15 @@ def verdict_p4(e: dict) -> stats.Verdict:
     routing = P4_ROUTING.judge(e.get("expert_change"))  # None (not measured): no value, the condition is not met
     v = P4_RULE.judge(parts, conditions=[load_balance(e.get("routing")), routing]).with_note(
         "the routing condition is logged at every update of the P4 runs without replay (GRPO, GSPO)")
-    collapses = {k: sum(bool(x) for x in e[f"collapsed_{k}"]) for k in ("grpo", "grpo_replay", "gspo")}
-    return v.with_note("final training reward GRPO {}, GRPO + replay {}, GSPO {} (seed means); collapsed runs {}"
-                       .format(*(stats.seed_mean(e[f"reward_{k}"]) for k in ("grpo", "grpo_replay", "gspo")),
-                               ", ".join(f"{k} {n}" for k, n in collapses.items())))
+    keys = [k for k in ("grpo", "grpo_replay", "gspo", "sapo") if f"reward_{k}" in e]
+    names = {"grpo": "GRPO", "grpo_replay": "GRPO + replay", "gspo": "GSPO", "sapo": "SAPO"}
+    collapses = ", ".join(f"{names[k]} {sum(bool(x) for x in e[f'collapsed_{k}'])}" for k in keys)
+    v = v.with_note("final training reward " + ", ".join(f"{names[k]} {stats.seed_mean(e[f'reward_{k}'])}" for k in keys)
+                    + f" (seed means); collapsed runs (DESIGN: training reward below the step-0 reward for >= 5 "
+                    f"consecutive steps) {collapses}")
+    if "sapo" in keys:
+        v = v.with_note("SAPO beside (C5), held-out accuracy {} (seed mean)".format(stats.seed_mean(e["acc_sapo"])))
+    return v.with_note(f"at {e['where']}") if e.get("where") else v
 
 
 def verdict_p5(e: dict) -> stats.Verdict:

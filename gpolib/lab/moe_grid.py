@@ -89,13 +89,16 @@ def _max(metrics: list, key: str) -> float:
     return max(xs) if xs else math.nan
 
 
-def cell_measures(metrics: list, base_reward: float) -> dict:
+def cell_measures(metrics: list, base_reward: float | None = None) -> dict:
     """One cell's row: P3's measure (run-mean over layers and updates, the deepest layer, the first step's updates),
     the same updates' token log-ratio spread, max token ratio and KL and GSPO's sequence log-ratio spread on the
     rollout tokens (`moe.update_ratios`), the log-ratio spread and clip share the objective saw (0 at mu = 1), the
-    training reward per step and DESIGN's collapse against `base_reward`."""
+    training reward per step and DESIGN's collapse against the base's training reward: `base_reward`, else the run's
+    step-0 reward (step 0's rollout samples the base policy before any update; every cell of the grid shares it, one
+    seed, one model), as S1's grid reads it."""
     layers = _layers(metrics)
     rewards = [r["reward/mean"] for r in metrics]
+    base = rewards[0] if base_reward is None and rewards else base_reward
     first = metrics[0] if metrics else {}
     return {"run_mean": sum(layers) / len(layers) if layers else math.nan, "deepest": layers[-1] if layers else math.nan,
             "first_update": first.get("moe/expert_change", math.nan), "per_layer": layers,
@@ -105,12 +108,12 @@ def cell_measures(metrics: list, base_reward: float) -> dict:
             "first_kl": first.get("moe/update_kl", math.nan),
             "objective_log_ratio_std": mean_over(metrics, "ratio/log_std"), "clip_frac": mean_over(metrics, "clip/frac"),
             "rewards": rewards, "skipped": sum(int(r.get("update/skipped", 0)) for r in metrics),
-            "collapsed": collapsed(rewards, base_reward)}
+            "base_reward": base, "collapsed": collapsed(rewards, base) if rewards else False}
 
 
-def grid_table(metrics_by_run: dict, arms, base_reward: float, seed: int = 0) -> pd.DataFrame:
-    """One row per cell (index its arm name): mode, lr multiple, lr, mu and `cell_measures`; cells not yet run are
-    left out."""
+def grid_table(metrics_by_run: dict, arms, base_reward: float | None = None, seed: int = 0) -> pd.DataFrame:
+    """One row per cell (index its arm name): mode, lr multiple, lr, mu and `cell_measures` (collapse against each
+    cell's step-0 reward unless `base_reward` is given); cells not yet run are left out."""
     rows = {}
     for arm, spec in arms.items():
         m = metrics_by_run.get(run_key(arm, seed))
@@ -128,6 +131,34 @@ def grid_evidence(table: pd.DataFrame) -> list:
     """The cells as `gspo_moe.judge_grid` reads them: {"cell", "run_mean", "deepest", "collapsed"}."""
     return [{"cell": f"{MODE_LABELS[r.mode]}, lr {r.lr:.3g} ({r.lr_mult:g}x), mu {r.mu}", "run_mean": r.run_mean,
              "deepest": r.deepest, "collapsed": bool(r.collapsed)} for r in table.itertuples()]
+
+
+OPERATING_LEVELS = (0.10, 0.05)
+"""P4's operating point (DESIGN): the smallest-update cell whose run-mean is >= 10%, else >= 5%"""
+
+
+def update_order(row) -> tuple:
+    """How the rule orders cells by update size (fixed 2026-12-06, before the second grid's runs): the lr multiple
+    (the all-parameter lrs are scaled to the same first-update KL, so a multiple means one update size in both
+    modes), then mu (fewer updates per batch: closer to on-policy), then LoRA + router before all parameters (fewer
+    parameters moved)."""
+    return (row["lr_mult"], row["mu"], list(MODES).index(row["mode"]))
+
+
+def operating_point(table: pd.DataFrame) -> tuple[str | None, str]:
+    """DESIGN's rule for P4's operating point over `grid_table`'s cells: among the cells that did not collapse, the
+    smallest update (`update_order`) whose run-mean over layers is >= 10%, else >= 5%. Returns (the cell's arm name
+    or None, a sentence saying which level and why)."""
+    live = table[~table["collapsed"].astype(bool)]
+    for level in OPERATING_LEVELS:
+        ok = live[live["run_mean"] >= level]
+        if len(ok):
+            arm = min(ok.index, key=lambda a: update_order(ok.loc[a]))
+            return arm, (f"{arm}: the smallest update of the {len(ok)} cells whose run-mean is >= {100 * level:.0f}% "
+                         f"({100 * ok.loc[arm, 'run_mean']:.1f}%), among the {len(live)} of {len(table)} that did not "
+                         "collapse")
+    return None, (f"no cell that did not collapse ({len(live)} of {len(table)}) reaches a run-mean of "
+                  f"{100 * OPERATING_LEVELS[-1]:.0f}%: P4 has no operating point")
 
 
 # ---------------------------------------------------------------- figures

@@ -61,6 +61,9 @@ RULES = {
     "GRID_LR_MULTS": _list_of(_number_in(0.0, 1000.0)), "GRID_MUS": _list_of(_int_at_least(1)),
     "GRID_MODES": _list_of(_choice("lora", "full")), "GRID_FULL_LR_SCALE": _number_in(0.0, 1000.0),
     "GRID_MODEL": _path_text(),
+    "P4_CELL": ((lambda v: isinstance(v, str) and (v == "" or v.startswith("grid-"))),
+                "a grid cell's name (\"grid-lora-lr3x-mu4\") or \"\" (P4's operating point not chosen yet)"),
+    "P4_STEPS": _int_at_least(1),
     "RATIO_LEVEL": _choice(*RATIO_LEVELS), "AGGREGATION": _choice(*AGGREGATIONS), "ADV_SCALE": _choice(*ADV_SCALES),
 }
 """parameter name -> (test, allowed values in words): every parameter of every notebook has one (a test checks);

@@ -52,7 +52,8 @@ def topic_module(notebook: str):
 
 def notebook_runs(job: workbook.Job) -> dict:
     """Run name -> (TrainConfig, folder) for every run the notebook trains; {} if it has no topic module
-    (`topic_module`) or the module has no ARMS."""
+    (`topic_module`) or the module has no ARMS. Beside ARMS (the notebook's SEEDS each): the module's
+    `one_seed_arms(params)` (seed 0 only) and `seeded_arms(params)` (every seed), where it has them."""
     from ..lab import runs
 
     module = topic_module(job.name)
@@ -67,6 +68,9 @@ def notebook_runs(job: workbook.Job) -> dict:
     one_seed = getattr(module, "one_seed_arms", None)
     if one_seed is not None:
         cfgs.update(runs.configs(one_seed(p), shared, seeds=[0]))
+    seeded = getattr(module, "seeded_arms", None)  # arms built from the parameters, trained with every seed
+    if seeded is not None:
+        cfgs.update(runs.configs(seeded(p), shared, seeds=range(p.get("SEEDS", 1))))
     dirs = runs.run_dirs(p["PROFILE"], job.name, cfgs, getattr(module, "HOME", None))
     return {name: (cfg, dirs[name]) for name, cfg in cfgs.items()}
 
