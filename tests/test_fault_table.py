@@ -236,12 +236,27 @@ def _seeded_reports(tmp_path: Path):
     return ex, html
 
 
-def _start_runner(tmp_path: Path):
+def _start_runner(tmp_path: Path, notebooks: Path = ROOT / "notebooks"):
     import subprocess
     import sys
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-c", RUNNER, str(tmp_path), str(ROOT / "notebooks")], env=env,
+    return subprocess.Popen([sys.executable, "-c", RUNNER, str(tmp_path), str(notebooks)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _slow_notebooks(tmp_path: Path) -> Path:
+    """A notebooks folder whose notebook 90 sleeps 10 minutes after its parameters: a signal sent once its run has
+    started always lands mid-run (the real notebook 90 can finish, HTML included, before a SIGINT is handled)."""
+    import nbformat
+    nbs = tmp_path / "slow_notebooks"
+    (nbs / "params").mkdir(parents=True)
+    (nbs / "params" / "smoke.yaml").write_text('"90": {}\n')
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "language": "python",
+                                                           "display_name": "Python 3"}})
+    nb.cells = [nbformat.v4.new_code_cell('PROFILE = "smoke"', metadata={"tags": ["parameters"]}),
+                nbformat.v4.new_code_cell("import time\ntime.sleep(600)")]
+    nbformat.write(nb, nbs / "90_objectives_explorer.ipynb")
+    return nbs
 
 
 def _wait_for(cond, proc, seconds=240):
@@ -259,7 +274,7 @@ def test_a_notebook_stopped_mid_run_leaves_the_committed_copy_and_html_as_they_w
     import signal
     ex, html = _seeded_reports(tmp_path)
     before = tree(tmp_path / "reports")
-    proc = _start_runner(tmp_path)
+    proc = _start_runner(tmp_path, _slow_notebooks(tmp_path))
     started = _wait_for(lambda: any(ex.glob(".90_objectives_explorer.tmp*")), proc)
     assert started, proc.communicate()
     if signal_ == "SIGKILL":  # the runner and its kernel, as a machine's OOM killer or a closed terminal would
