@@ -240,3 +240,21 @@ class RunDir:
                 continue
             return torch.load(io.BytesIO(data), weights_only=False)
         return None
+
+
+def cached_results(cfg, run_dir, files: tuple, problem, compute, summary: dict | None = None) -> Path:
+    """A run folder of result files beside a summary (no metrics.jsonl): read back when it is finished for the same
+    config and data and complete, else computed. Steps: 1. `RunDir.check_config` (a stale folder is refused);
+    2. a finished folder for which `problem(path)` names something wrong is recomputed, with a warning; 3. a finished
+    one holding `files` is reused (`RunDir.reuse`, which honours a recompute request); 4. else `compute(path)` writes
+    `files` and the summary ({"fingerprint", "finished", "steps"} and `summary`) is written last. Returns the path."""
+    run = RunDir(run_dir, cfg)
+    run.check_config()
+    wrong = problem(run.path) if run.finished() else None
+    if wrong:
+        warnings.warn(f"{run.path} says finished but {wrong}: it is recomputed")
+        (run.path / "summary.json").unlink()
+    if not run.reuse(results=files):
+        compute(run.path)
+        run.write_summary({"fingerprint": cfg.fingerprint(), "finished": True, "steps": cfg.steps, **(summary or {})})
+    return run.path

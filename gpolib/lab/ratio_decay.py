@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import io
 import math
-import warnings
 
 import numpy as np
 import pandas as pd
@@ -71,28 +70,22 @@ def ratio_records(trainer, steps: int, start: int = 0) -> tuple[pd.DataFrame, di
 def cached_records(cfg, run_dir) -> tuple[pd.DataFrame, dict]:
     """`ratio_records` of a fresh `Trainer(cfg)` over cfg.steps, saved to `run_dir/ratios.csv` and
     `run_dir/token_ratios.npz` (each written atomically); a finished folder of the same config and data holding
-    both, complete (`records_problem`), is read back instead (`RunDir.check_config`: stale folders are refused);
-    an incomplete one is recomputed with a warning."""
+    both, complete (`records_problem`), is read back instead (`rundir.cached_results`: stale folders are refused,
+    an incomplete one is recomputed with a warning)."""
     from ..folders import write_bytes, write_text
-    from ..rundir import RunDir
+    from ..rundir import cached_results
     from ..train import Trainer
 
-    run = RunDir(run_dir, cfg)
-    run.check_config()
-    csv, npz = run.path / "ratios.csv", run.path / ratio_prefix.TOKENS_FILE
-    problem = records_problem(run.path, cfg.steps) if run.finished() else None
-    if problem:
-        warnings.warn(f"{run.path} says finished but {problem}: it is recomputed")
-        (run.path / "summary.json").unlink()
-    if run.reuse(results=("ratios.csv", ratio_prefix.TOKENS_FILE)):
-        return pd.read_csv(csv), ratio_prefix.load_tokens(npz)
-    df, tok = ratio_records(Trainer(cfg), cfg.steps)
-    write_text(csv, df.to_csv(index=False))
-    buf = io.BytesIO()
-    ratio_prefix.save_tokens(buf, tok["log_rho"], tok["offsets"], tok["step"], tok["prompt"], tok["advantage"])
-    write_bytes(npz, buf.getvalue())
-    run.write_summary({"fingerprint": cfg.fingerprint(), "finished": True, "steps": cfg.steps})
-    return df, ratio_prefix.load_tokens(npz)
+    def compute(path):
+        df, tok = ratio_records(Trainer(cfg), cfg.steps)
+        write_text(path / "ratios.csv", df.to_csv(index=False))
+        buf = io.BytesIO()
+        ratio_prefix.save_tokens(buf, tok["log_rho"], tok["offsets"], tok["step"], tok["prompt"], tok["advantage"])
+        write_bytes(path / ratio_prefix.TOKENS_FILE, buf.getvalue())
+
+    path = cached_results(cfg, run_dir, ("ratios.csv", ratio_prefix.TOKENS_FILE),
+                          lambda p: records_problem(p, cfg.steps), compute)
+    return pd.read_csv(path / "ratios.csv"), ratio_prefix.load_tokens(path / ratio_prefix.TOKENS_FILE)
 
 
 def length_buckets(df: pd.DataFrame, n_buckets: int) -> pd.Series:

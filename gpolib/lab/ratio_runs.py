@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import json
-import warnings
 from dataclasses import asdict
 from pathlib import Path
 
@@ -73,32 +72,27 @@ def panel_problem(run_dir, steps: int, mu: int, spec: PanelSpec) -> str | None:
 def cached_grid_run(cfg, run_dir, spec: PanelSpec) -> dict:
     """`ratio_panel.grid_records` of a fresh `Trainer(cfg)` over cfg.steps, written to `run_dir` (each file atomically); a
     finished folder of the same config, data and panel, complete (`ratio_decay.records_problem`, `panel_problem`),
-    is read back instead; an incomplete one is recomputed with a warning. Returns {"ratios": table, "tokens",
-    "panel": the panel's arrays, "steps": the steps table}."""
+    is read back instead; an incomplete one is recomputed with a warning (`rundir.cached_results`). Returns
+    {"ratios": table, "tokens", "panel": the panel's arrays, "steps": the steps table}."""
     from ..folders import write_bytes, write_text
-    from ..rundir import RunDir
+    from ..rundir import cached_results
     from ..train import Trainer
-    run = RunDir(run_dir, cfg)
-    run.check_config()
-    files = ("ratios.csv", ratio_prefix.TOKENS_FILE, PANEL_FILE, STEPS_FILE)
-    problem = (records_problem(run.path, cfg.steps) or panel_problem(run.path, cfg.steps, cfg.mu, spec)
-               if run.finished() else None)
-    if problem:
-        warnings.warn(f"{run.path} says finished but {problem}: it is recomputed")
-        (run.path / "summary.json").unlink()
-    if not run.reuse(results=files):
+
+    def compute(path):
         df, tok, pan, table = grid_records(Trainer(cfg), cfg.steps, spec)
-        write_text(run.path / "ratios.csv", df.to_csv(index=False))
-        write_text(run.path / STEPS_FILE, table.to_csv(index=False))
+        write_text(path / "ratios.csv", df.to_csv(index=False))
+        write_text(path / STEPS_FILE, table.to_csv(index=False))
         for name, arrays in ((ratio_prefix.TOKENS_FILE, tok), (PANEL_FILE, pan)):
             buf = io.BytesIO()
             ratio_prefix.save_tokens(buf, **arrays)
-            write_bytes(run.path / name, buf.getvalue())
-        run.write_summary({"fingerprint": cfg.fingerprint(), "finished": True, "steps": cfg.steps,
-                           "panel": asdict(spec)})
-    return {"ratios": pd.read_csv(run.path / "ratios.csv"),
-            "tokens": ratio_prefix.load_tokens(run.path / ratio_prefix.TOKENS_FILE),
-            "panel": ratio_prefix.load_tokens(run.path / PANEL_FILE), "steps": pd.read_csv(run.path / STEPS_FILE)}
+            write_bytes(path / name, buf.getvalue())
+
+    path = cached_results(cfg, run_dir, ("ratios.csv", ratio_prefix.TOKENS_FILE, PANEL_FILE, STEPS_FILE),
+                          lambda p: records_problem(p, cfg.steps) or panel_problem(p, cfg.steps, cfg.mu, spec),
+                          compute, summary={"panel": asdict(spec)})
+    return {"ratios": pd.read_csv(path / "ratios.csv"),
+            "tokens": ratio_prefix.load_tokens(path / ratio_prefix.TOKENS_FILE),
+            "panel": ratio_prefix.load_tokens(path / PANEL_FILE), "steps": pd.read_csv(path / STEPS_FILE)}
 
 
 # ---------------------------------------------------------------- the grid's runs
