@@ -169,3 +169,22 @@ def test_p4_arms_take_the_cells_update_and_their_own_objective():
     assert gspo_moe.p4_arms({**params, "P4_CELL": ""}) == {}
     with pytest.raises(ValueError, match="not a cell of the grid"):
         gspo_moe.p4_arms({**params, "P4_CELL": "grid-lora-lr2x-mu4"})
+
+
+def test_routing_paragraph_from_hand_made_records():
+    """README's routing block: the premise's text, the grid's range over cells that did not collapse (the largest
+    cell per layer), the default cell's layers, P4's seed means and collapse counts."""
+    p3 = {"verdict": "reproduced", "judgement": {"parts": [{"text": "premise 0.40 >= 0.25"}]},
+          "evidence": {"grid": [{"cell": "a", "run_mean": 0.02, "collapsed": False, "per_layer": [0.01, 0.03]},
+                                {"cell": "b", "run_mean": 0.12, "collapsed": False, "per_layer": [0.1, 0.14]},
+                                {"cell": "c", "run_mean": 0.5, "collapsed": True, "per_layer": [0.4, 0.6]}],
+                       "expert_change_per_layer": [0.006, 0.010]}}
+    p4 = {"verdict": "partly", "evidence": {"where": "the operating point b", "acc_grpo": [0.3, 0.4],
+                                            "acc_grpo_replay": [0.5, 0.5], "collapsed_grpo": [True, False],
+                                            "collapsed_grpo_replay": [False, False]}}
+    text = mg.routing_paragraph(p3, p4)
+    assert "**P3 (reproduced).** Premise: premise 0.40 >= 0.25." in text
+    assert "(3 cells, 1 collapsed)" in text and "from 2.0% (a) to 12.0% (b; per layer 10.0%, 14.0%)" in text
+    assert "are 0.8% (mean over layers), from 0.6% in layer 0 to 1.0% in layer 1" in text
+    assert "**P4 (partly)** at the operating point b" in text and "GRPO 0.350, GRPO + replay 0.500" in text
+    assert "collapsed GRPO 1, GRPO + replay 0." in text

@@ -147,6 +147,14 @@ def phenomena_block(root: Path) -> str:
     return "\n".join(lines) + "\n\n<p>" + strip + "</p>"
 
 
+def routing_block(root: Path) -> str:
+    """What MoE routing did (P3's grid, the default cell, P4 at its operating point), in words from claims.json."""
+    from ..lab.moe_grid import routing_paragraph
+
+    by_id = {c["id"]: c for c in jsonio.read(root / CLAIMS)}
+    return routing_paragraph(by_id["P3"], by_id["P4"])
+
+
 def scoreboard_block(root: Path) -> str:
     """Every claim of `reports/claims.json`, one row each (for docs/claims.md)."""
     claims, anchors = _verdict_links(root)
@@ -187,7 +195,7 @@ def axes_block(root: Path) -> str:
     return "\n".join(lines)
 
 
-BLOCKS = {"README.md": {"phenomena": phenomena_block},
+BLOCKS = {"README.md": {"phenomena": phenomena_block, "routing": routing_block},
           "docs/claims.md": {"scoreboard": scoreboard_block},
           "docs/layout.md": {"layout": layout_block},
           "docs/api.md": {"axes": axes_block},
