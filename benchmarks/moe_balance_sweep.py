@@ -49,13 +49,14 @@ def run(args) -> dict:
     from gpolib.models import EMBEDDED
     from gpolib.pretrain import PretrainConfig, pretrain
 
-    name = (f"aux{args.coef:g}-{'layer' if args.per_layer else 'pooled'}-{args.steps}"
+    name = ((f"from-{Path(args.init).name}-" if args.init else "")
+            + f"aux{args.coef:g}-{'layer' if args.per_layer else 'pooled'}-{args.steps}"
             + (f"-floor{args.floor_coef:g}x{args.floor:g}" if args.floor_coef else "") + (f"-lr{args.lr:g}"))
     path, wall = args.measure or EMBEDDED["moe-fine"], 0.0
     if args.measure:
         name = args.setting or args.measure
     elif args.coef > 0:
-        cfg = PretrainConfig(arch="moe-balanced", init=EMBEDDED["moe-fine"], steps=args.steps, lr=args.lr,
+        cfg = PretrainConfig(arch=args.arch, init=args.init or EMBEDDED["moe-fine"], steps=args.steps, lr=args.lr,
                              warmup=args.warmup, micro_batches=4, aux_coef=args.coef, aux_per_layer=args.per_layer,
                              floor_coef=args.floor_coef, floor=args.floor, seed=args.seed, out=str(Path(args.work) / name))
         t0 = time.perf_counter()
@@ -116,6 +117,8 @@ def main(argv=None) -> None:
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--floor-coef", type=float, default=0.0, help="coefficient of `pretrain.underload_per_layer`")
     p.add_argument("--floor", type=float, default=0.5, help="its floor, x uniform")
+    p.add_argument("--init", default="", help="the model folder training continues (default: the fine MoE)")
+    p.add_argument("--arch", default="moe-balanced", help="the continued model's architecture key")
     p.add_argument("--measure", metavar="MODEL", help="measure this model folder (no training) as the row --setting")
     p.add_argument("--setting", default="", help="the row's name with --measure")
     p.add_argument("--warmup", type=int, default=10)

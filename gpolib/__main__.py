@@ -20,7 +20,7 @@ from gpolib.runtime import setup_threads
 
 def add_pretrain(sub) -> None:
     p = sub.add_parser("pretrain", help="supervised pretraining of an embedded base policy")
-    p.add_argument("--arch", choices=["dense", "moe", "moe-fine", "moe-balanced"], default="dense")
+    p.add_argument("--arch", choices=["dense", "moe", "moe-fine", "moe-balanced", "moe-floor"], default="dense")
     p.add_argument("--steps", type=int, default=None, help="optimizer steps (default: the recipe's)")
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--micro-batches", type=int, default=None,

@@ -21,10 +21,12 @@ from gpolib.lora import use_lean_forward
 from gpolib.paths import repo_root, resolve
 
 EMBEDDED = {"dense": "data/models/tiny-qwen3", "moe": "data/models/tiny-qwen3-moe",
-            "moe-fine": "data/models/tiny-qwen3-moe-fine", "moe-balanced": "data/models/tiny-qwen3-moe-balanced"}
+            "moe-fine": "data/models/tiny-qwen3-moe-fine", "moe-balanced": "data/models/tiny-qwen3-moe-balanced",
+            "moe-floor": "data/models/tiny-qwen3-moe-floor"}
 """repository-relative directories of the shipped base policies, by architecture; `moe-balanced` is the fine MoE's
-shape, its training continued from `moe-fine`'s weights with a load-balancing loss that revives its dead experts
-(its recipe: `gpolib.pretrain.BALANCED`)"""
+shape, its training continued from `moe-fine`'s weights with a load-balancing loss that revives its dead experts;
+`moe-floor` continues `moe-balanced` with an underload hinge besides (`pretrain.underload_per_layer`) so that every
+expert carries load (P3's premise); each recipe in its model card"""
 ATTENTION_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
 MLP_TARGETS = ["gate_proj", "up_proj", "down_proj"]
 EXPERT_PARAMETERS = ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]
@@ -49,7 +51,7 @@ def tiny_config(arch: str, vocab_size: int, pad_id: int, eos_id: int):
         return Qwen3MoeConfig(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=172,
                               intermediate_size=344, decoder_sparse_step=1, mlp_only_layers=[],
                               norm_topk_prob=True, router_aux_loss_coef=0.01, **common)
-    if arch in ("moe-fine", "moe-balanced"):
+    if arch in ("moe-fine", "moe-balanced", "moe-floor"):
         return Qwen3MoeConfig(intermediate_size=344, decoder_sparse_step=1, mlp_only_layers=[],
                               norm_topk_prob=True, router_aux_loss_coef=0.01, **(common | FINE_MOE))
     raise ValueError(f"arch={arch!r} is invalid; allowed: {sorted(EMBEDDED)}")

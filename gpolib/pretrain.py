@@ -31,7 +31,7 @@ from gpolib.runtime import deterministic_cpu
 from gpolib.tasks import N_OPS_CYCLE, default_task_path, load_tasks, make_problem, repo_root, solution_text
 from gpolib.tokenizer import build_tokenizer
 
-MOE_ARCHS = ("moe", "moe-fine", "moe-balanced")
+MOE_ARCHS = ("moe", "moe-fine", "moe-balanced", "moe-floor")
 """the embedded architectures trained with the router load-balancing loss (Qwen3-MoE's `router_aux_loss_coef`)"""
 
 
