@@ -147,7 +147,7 @@ def main(argv=None) -> None:
     p.add_argument("--max-new-tokens", type=int, default=TrainConfig().max_new_tokens)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--routing", nargs="*", default=["moe-fine", "moe-balanced"], choices=sorted(EMBEDDED),
+    p.add_argument("--routing", nargs="*", default=["moe-fine", "moe-balanced", "moe-floor"], choices=sorted(EMBEDDED),
                    help="the MoE models whose expert load and router margin are measured too")
     p.add_argument("--write-card", action="store_true", help="write base_metrics.json and README.md")
     p.add_argument("--entropy-only", action="store_true",
