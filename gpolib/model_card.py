@@ -54,7 +54,7 @@ def _recipe_lines(log: dict, cfg: dict) -> list[str]:
     aux = (f" plus the router load-balancing loss (coefficient {cfg['router_aux_loss_coef']}, {form})"
            if rc["arch"] in MOE_ARCHS else "")
     if rc.get("floor_coef"):
-        aux += (f" plus {rc['floor_coef']} x the underload hinge (`pretrain.underload_per_layer`: each expert whose soft "
+        aux += (f" plus {rc['floor_coef']} x the underload hinge (`pretrain.underload_per_layer`: each expert whose "
                 f"share of the top-k picks is below {rc['floor']} x uniform pushed up, per layer)")
     init = ([f"- Starts from the weights of `{rc['init']}` (its own recipe in its card) and continues training."]
             if rc.get("init") else [])
@@ -154,9 +154,10 @@ def _sweep_lines(log: dict) -> list[str]:
     if not (rc.get("init") and rc.get("aux_coef") is not None and f.is_file()):
         return []
     rows = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
-    return ["## How the recipe was chosen", "", f"`{SWEEP}` (`benchmarks/moe_balance_sweep.py`): each setting "
-            f"continues `{rc['init']}` (warm-up 10 steps, cosine to 10%) on one thread under a shared machine's load (train s: wall "
-            "time), then measures the routing of one sample per prompt of 64 prompts and the accuracy of 256 prompts x 4 "
+    return ["## How the recipe was chosen", "", f"`{SWEEP}` (`benchmarks/moe_balance_sweep.py`, its rounds and rules in "
+            "benchmarks/README.md): each setting continues `data/models/tiny-qwen3-moe-fine`, or the model its name "
+            "starts from (\"from-...\"), (warm-up 10 steps, cosine to 10%) on one thread under a shared machine's load "
+            "(train s: wall time; 0: measured only), then measures the routing of one sample per prompt of 64 prompts and the accuracy of 256 prompts x 4 "
             "samples, on the split the row names. The first rows were measured on held-out prompts; from 2026-12-06 on, "
             "recipes are chosen on validation prompts and only the chosen model is measured on held-out ones (its card "
             "above):", "", *sweep_table(rows), ""]

@@ -22,7 +22,7 @@ def test_the_grid_has_designs_thirty_cells_with_scaled_lrs():
     assert lora["train_router"] is True and "lora_r" not in lora and full["lora_r"] == 0
     assert {a["warmup_steps"] for a in arms.values()} == {0} and {a["steps"] for a in arms.values()} == {6}
     assert {a["task_train"] for a in arms.values()} == {"data/tasks/val.jsonl"}
-    assert {a["model"] for a in arms.values()} == {"data/models/tiny-qwen3-moe-balanced"}
+    assert {a["model"] for a in arms.values()} == {"data/models/tiny-qwen3-moe-floor"}
     assert sorted({a["mu"] for a in arms.values()}) == [1, 4, 8]
     assert mg.parse_cell("grid-full-lr10x-mu8") == {"mode": "full", "lr_mult": 10.0, "mu": 8}
     params = {"GRID_STEPS": 6, "GRID_LR_MULTS": [1, 2, 3, 5, 10], "GRID_MUS": [1, 4, 8], "GRID_MODES": ["lora", "full"],

@@ -245,14 +245,15 @@ def test_card_balance_table_and_sweep_rows():
     assert sweep_table([row])[-1] == "| s | heldout | 0.2 | per layer | 120 | 0.0003 | 0.00 | 3/0 | 4.00 | not met | 0.401 (256 x 4) | 300 |"
 
 
-def test_balanced_moe_loads_and_routes_as_the_standard_class():
+@pytest.mark.parametrize("arch", ["moe-balanced", "moe-floor"])
+def test_balanced_moe_loads_and_routes_as_the_standard_class(arch):
     """The load-balanced fine MoE is a plain Qwen3MoeForCausalLM: transformers' own class, loaded with no gpolib code,
     picks the same top-8 experts per token and layer as the workbook's loader, and gives the same logits."""
     from transformers import Qwen3MoeForCausalLM
 
     from gpolib.models import EMBEDDED, load_policy, router_topk
 
-    path = EMBEDDED["moe-balanced"]
+    path = EMBEDDED[arch]
     plain = Qwen3MoeForCausalLM.from_pretrained(path).eval()
     ours, tok = load_policy(path, lora_r=0)
     ids = tok(["47*6+13*7=?\n", "5*5-3=?\n"], return_tensors="pt", padding=True)

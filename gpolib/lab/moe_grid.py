@@ -24,8 +24,10 @@ from .base_models import card  # noqa: F401  (notebook 08 reads the grid model's
 from .collapse import COLLAPSE_STEPS, collapsed  # noqa: F401  (the grid's cells read DESIGN's collapse)
 from .runs import mean_over, run_key
 
-BALANCED = EMBEDDED["moe-balanced"]
-"""the grid's model: the load-balanced fine MoE (64 experts, top-8, 8 layers; P3's premise holds on its card)"""
+BALANCED = EMBEDDED["moe-floor"]
+"""the grid's model: the load-balanced fine MoE (64 experts, top-8, 8 layers; P3's premise holds on its card: weakest
+expert 0.29 x uniform), `moe-balanced` continued with the underload hinge (benchmarks/README.md, the sweep's rounds);
+`moe-balanced` itself, the first round's model, read 0.23 on its card"""
 DEFAULT_LR = TrainConfig().lr
 """the workbook's lr (3e-4, chosen for GRPO on the validation split): the grid's lrs are multiples of it"""
 MODES = {"lora": {"train_router": True}, "full": {"lora_r": 0}}
