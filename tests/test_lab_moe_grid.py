@@ -188,3 +188,27 @@ def test_routing_paragraph_from_hand_made_records():
     assert "are 0.8% (mean over layers), from 0.6% in layer 0 to 1.0% in layer 1" in text
     assert "**P4 (partly)** at the operating point b" in text and "GRPO 0.350, GRPO + replay 0.500" in text
     assert "collapsed GRPO 1, GRPO + replay 0." in text
+
+
+def test_probe_arms_add_replay_and_gspo_at_named_cells():
+    """GRID_PROBE's cells get GRPO + replay (the cell's fields, replay on) and GSPO (its preset's clip); the probe
+    table reads the cell's own GRPO run beside them; a name outside the grid is refused."""
+    params = {"GRID_STEPS": 6, "GRID_LR_MULTS": [1, 2], "GRID_MUS": [8], "GRID_MODES": ["lora"],
+              "GRID_FULL_LR_SCALE": 0.47, "GRID_EVAL_PROMPTS": 64, "GRID_PROBE": ["grid-lora-lr1x-mu8"]}
+    arms = mg.probe_arms(params)
+    cell = mg.grid_from_params(params)["grid-lora-lr1x-mu8"]
+    assert sorted(arms) == ["probe_gspo-lora-lr1x-mu8", "probe_replay-lora-lr1x-mu8"]
+    assert arms["probe_replay-lora-lr1x-mu8"] == {**cell, "routing_replay": True}
+    gspo = arms["probe_gspo-lora-lr1x-mu8"]
+    assert gspo["preset"] == "gspo" and "loss_eps_high" not in gspo and gspo["lr"] == cell["lr"] and gspo["mu"] == 8
+    assert mg.probe_arms({**params, "GRID_PROBE": []}) == {}
+    with pytest.raises(ValueError, match="not cells of the grid"):
+        mg.probe_arms({**params, "GRID_PROBE": ["grid-lora-lr3x-mu8"]})
+    falls = [_step(0, 0.4, [0.04]), *[_step(t, 0.1, [0.04]) for t in range(1, 6)]]
+    holds = [_step(t, 0.4 + 0.01 * t, [0.02]) for t in range(6)]
+    table = mg.probe_table({"grid-lora-lr1x-mu8/seed0": falls, "probe_replay-lora-lr1x-mu8/seed0": holds},
+                           ["grid-lora-lr1x-mu8"])
+    assert list(table.index) == [("grid-lora-lr1x-mu8", "GRPO"), ("grid-lora-lr1x-mu8", "GRPO + replay")]
+    assert table.loc[("grid-lora-lr1x-mu8", "GRPO"), "collapsed"]
+    assert not table.loc[("grid-lora-lr1x-mu8", "GRPO + replay"), "collapsed"]
+    assert table.loc[("grid-lora-lr1x-mu8", "GRPO + replay"), "reward 5"] == pytest.approx(0.45)

@@ -97,11 +97,11 @@ _CELL_ONLY = ("preset", "loss_eps_high", "task_train", "eval_prompts", "eval_sam
 # ---------------------------------------------------------------- P3: the paper's measure, logged at every update
 
 def one_seed_arms(params: dict) -> dict:
-    """The arms notebook 08 trains with seed 0 only: P3's grid from its parameters (`moe_grid.grid_from_params`),
-    which `workbook.prefetch` trains ahead of the notebook."""
-    from .moe_grid import grid_from_params
+    """The arms notebook 08 trains with seed 0 only: P3's grid from its parameters (`moe_grid.grid_from_params`) and
+    the replay probe at its GRID_PROBE cells (`moe_grid.probe_arms`), which `workbook.prefetch` trains ahead."""
+    from .moe_grid import grid_from_params, probe_arms
 
-    return grid_from_params(params)
+    return {**grid_from_params(params), **probe_arms(params)}
 
 
 def p4_arms(params: dict) -> dict:

@@ -73,6 +73,45 @@ def grid_from_params(p: dict) -> dict:
                      eval_prompts=p["GRID_EVAL_PROMPTS"], model=p.get("GRID_MODEL", BALANCED))
 
 
+PROBES = {"probe_replay": {"routing_replay": True}, "probe_gspo": {"preset": "gspo", "loss_eps_high": None}}
+"""the replay probe's arms beside a grid cell's GRPO: GRPO + Routing Replay, and GSPO (its own clip, 3e-4 / 4e-4)"""
+
+
+def probe_arms(params: dict) -> dict:
+    """The replay probe (full.yaml's GRID_PROBE, declared before its runs; observed, not judged): at each named grid
+    cell, GRPO + Routing Replay and GSPO without it, with the cell's every other field and seed 0, beside the cell's
+    own GRPO run: whether replay (or the sequence ratio) keeps the cell's training reward where GRPO's falls. Arm
+    names "probe_replay-lora-lr1x-mu8"; {} without GRID_PROBE."""
+    cells = params.get("GRID_PROBE") or []
+    if not cells:
+        return {}
+    grid = grid_from_params(params)
+    missing = [c for c in cells if c not in grid]
+    if missing:
+        raise ValueError(f"GRID_PROBE names {missing}, not cells of the grid; cells: {sorted(grid)}")
+    out = {}
+    for cell in cells:
+        for probe, fields in PROBES.items():
+            spec = {**grid[cell], **fields}
+            out[probe + cell[len("grid"):]] = {k: v for k, v in spec.items() if v is not None}
+    return out
+
+
+def probe_table(metrics_by_run: dict, cells, seed: int = 0) -> pd.DataFrame:
+    """Per probe cell and arm (GRPO: the grid's run; GRPO + replay; GSPO): the training reward per step, P3's
+    measure (run-mean over layers) and DESIGN's collapse against the step-0 reward. Rows (cell, arm)."""
+    rows = {}
+    for cell in cells:
+        for label, arm in (("GRPO", cell), ("GRPO + replay", "probe_replay" + cell[len("grid"):]),
+                           ("GSPO", "probe_gspo" + cell[len("grid"):])):
+            m = metrics_by_run.get(run_key(arm, seed))
+            if m:
+                c = cell_measures(m)
+                rows[(cell, label)] = {"run_mean": c["run_mean"], "collapsed": c["collapsed"],
+                                       **{f"reward {i}": r for i, r in enumerate(c["rewards"])}}
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
 def parse_cell(arm: str) -> dict:
     """"grid-lora-lr2x-mu4" -> {"mode": "lora", "lr_mult": 2.0, "mu": 4}."""
     _, mode, lr, mu = arm.split("-")

@@ -64,6 +64,8 @@ RULES = {
     "P4_CELL": ((lambda v: isinstance(v, str) and (v == "" or v.startswith("grid-"))),
                 "a grid cell's name (\"grid-lora-lr3x-mu4\") or \"\" (P4's operating point not chosen yet)"),
     "P4_STEPS": _int_at_least(1),
+    "GRID_PROBE": ((lambda v: isinstance(v, list) and all(isinstance(x, str) and x.startswith("grid-") for x in v)),
+                   "a list of grid cells' names (\"grid-lora-lr1x-mu8\"), possibly empty"),
     "RATIO_LEVEL": _choice(*RATIO_LEVELS), "AGGREGATION": _choice(*AGGREGATIONS), "ADV_SCALE": _choice(*ADV_SCALES),
 }
 """parameter name -> (test, allowed values in words): every parameter of every notebook has one (a test checks);
