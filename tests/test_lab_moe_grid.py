@@ -121,6 +121,11 @@ def test_operating_point_is_the_smallest_update_at_the_highest_level_reached():
     assert arm == "grid-lora-lr2x-mu8" and ">= 5%" in why
     arm, why = mg.operating_point(_table([("lora", 1, 4, 0.03, False), ("lora", 10, 4, 0.3, True)]))
     assert arm is None and "no operating point" in why
+    t = _table(rows).assign(deepest=lambda d: d.run_mean + 0.01)
+    assert mg.grid_summary(t) == ("1 of 6 cells collapse; the 5 that do not (grid-lora-lr1x-mu4, grid-lora-lr3x-mu8, "
+                                  "grid-full-lr3x-mu4, grid-lora-lr5x-mu1, grid-lora-lr2x-mu8) move 3.0-15.0% of "
+                                  "activated experts per update (deepest layer up to 16.0%); of the 5 cells at >= 5% "
+                                  "(up to 20.0%), 1 collapse.")
 
 
 def test_prefetch_trains_the_grid_with_one_seed(monkeypatch):
@@ -212,3 +217,4 @@ def test_probe_arms_add_replay_and_gspo_at_named_cells():
     assert table.loc[("grid-lora-lr1x-mu8", "GRPO"), "collapsed"]
     assert not table.loc[("grid-lora-lr1x-mu8", "GRPO + replay"), "collapsed"]
     assert table.loc[("grid-lora-lr1x-mu8", "GRPO + replay"), "reward 5"] == pytest.approx(0.45)
+    assert mg.probe_summary(table) == "GRPO collapsed in 1 of 1 cells; GRPO + replay collapsed in 0 of 1 cells."

@@ -64,10 +64,11 @@ def test_the_whole_workbook_plans_without_error():
     assert by_prefix["00"] == {} and by_prefix["90"] == {}
     assert len(by_prefix["01"]) == 6 and len(by_prefix["03"]) == 18
     # 01 (6 seeds), 02 (S1's grid through its prefetch hooks: 5 mu x 2 lr x 3 seeds), 03, 04 (8 seeds), 05,
-    # 06 (dr_grpo), 07 (7 seeds: dapo, vapo and GRPO's seed 6 beyond 01's), 08 (its 6 arms x 3 seeds and P3's grid,
-    # 30 cells of one seed), 09, 10 (its GRPO arm is 09's)
+    # 06 (dr_grpo), 07 (7 seeds: dapo, vapo and GRPO's seed 6 beyond 01's), 08 (its 6 arms x 3 seeds, P3's grid,
+    # 30 cells of one seed, and the replay probe, 2 arms at 2 cells; no P4 operating point: no P4 arms), 09, 10 (its
+    # GRPO arm is 09's)
     assert len(by_prefix["02"]) == 30
-    expected = 6 + 30 + 18 + 16 + 18 + 3 + 15 + 18 + 30 + 18 + 12
+    expected = 6 + 30 + 18 + 16 + 18 + 3 + 15 + 18 + 30 + 4 + 18 + 12
     assert len(prefetch.pending(jobs)) == expected
 
 
@@ -106,5 +107,5 @@ def test_runs_of_a_deeper_model_queue_before_equal_runs_of_a_shallower_one():
     assert prefetch.model_layers("Qwen/Qwen3-0.6B") == 1  # a hub name: no local config to read
     todo = prefetch.pending([_jobs("08")["08"]])
     arms = [label.split()[1].split("/")[0] for label, _, _ in todo]
-    arms = [a for a in arms if not a.startswith("grid-")]  # P3's grid: 6-step cells, queued by their own cost
+    arms = [a for a in arms if not a.startswith(("grid-", "probe_"))]  # 6-step cells: by their own cost
     assert len(arms) == 18 and arms[-3:] == ["grpo_coarse"] * 3 and "grpo_coarse" not in arms[:-3]

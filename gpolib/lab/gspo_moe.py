@@ -388,8 +388,10 @@ def verdict_p3(e: dict) -> stats.Verdict:
         return stats.Verdict(stats.NOT_RUN, f"premise held: {premise.text}; {P3_GRID}: not yet run — {text}", "",
                              parts=(premise,), roles=("condition",))
     word, grid = judge_grid(e["grid"])
-    return stats.Verdict(word, f"premise held: {premise.text}; {grid}; {text}", "", parts=(premise,),
-                         roles=("condition",))
+    part = stats.Verdict(word, grid, "over the grid's cells that do not collapse: some run-mean over layers >= 5% "
+                         "(reproduced), else some deepest layer >= 5% (partly)")
+    return stats.Verdict(word, f"premise held: {premise.text}; {grid}; {text}", "", parts=(premise, part),
+                         roles=("condition", "part"))
 
 
 def verdict_p4(e: dict) -> stats.Verdict:
@@ -406,7 +408,7 @@ def verdict_p4(e: dict) -> stats.Verdict:
     v = v.with_note("final training reward " + ", ".join(f"{names[k]} {stats.seed_mean(e[f'reward_{k}'])}" for k in keys)
                     + f" (seed means); collapsed runs (DESIGN: training reward below the step-0 reward for >= 5 "
                     f"consecutive steps) {collapses}")
-    if "sapo" in keys:
+    if e.get("acc_sapo"):  # SAPO's arm at the operating point
         v = v.with_note("SAPO beside (C5), held-out accuracy {} (seed mean)".format(stats.seed_mean(e["acc_sapo"])))
     return v.with_note(f"at {e['where']}") if e.get("where") else v
 

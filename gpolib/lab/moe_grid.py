@@ -112,6 +112,32 @@ def probe_table(metrics_by_run: dict, cells, seed: int = 0) -> pd.DataFrame:
     return pd.DataFrame.from_dict(rows, orient="index")
 
 
+def probe_figure(metrics_by_run: dict, cells, seed: int = 0):
+    """The replay probe: per probe cell, the training reward per step of GRPO (the grid's run), GRPO + Routing Replay
+    and GSPO, with the step-0 reward (the base's, DESIGN's collapse line) dashed; each arm's P3 measure in its label."""
+    import matplotlib.pyplot as plt
+
+    from . import plots
+    fig, axes = plt.subplots(1, max(1, len(cells)), figsize=(5.2 * max(1, len(cells)), 3.6), squeeze=False)
+    for ax, cell in zip(axes[0], cells):
+        tail = cell[len("grid"):]
+        for label, arm, colour in (("GRPO", cell, "tab:blue"), ("GRPO + replay", "probe_replay" + tail, "tab:green"),
+                                   ("GSPO", "probe_gspo" + tail, "tab:orange")):
+            m = metrics_by_run.get(run_key(arm, seed))
+            if m:
+                c = cell_measures(m)
+                ax.plot(range(len(c["rewards"])), c["rewards"], marker="o", color=colour,
+                        label=f"{label} (experts changed {100 * c['run_mean']:.1f}%)")
+                base = c["base_reward"]
+        if metrics_by_run.get(run_key(cell, seed)):
+            ax.axhline(base, ls="--", c="grey", lw=1, label="step-0 reward (the base's)")
+        ax.set(xlabel="step", ylabel="training reward", ylim=(-0.02, None))
+        ax.legend(fontsize=7)
+        plots.title(ax, "P4 probe", cell)
+    fig.tight_layout()
+    return fig
+
+
 def parse_cell(arm: str) -> dict:
     """"grid-lora-lr2x-mu4" -> {"mode": "lora", "lr_mult": 2.0, "mu": 4}."""
     _, mode, lr, mu = arm.split("-")
@@ -195,6 +221,7 @@ def routing_paragraph(p3: dict, p4: dict) -> str:
                    f"({lo['cell']}) to {_pct(hi['run_mean'])} ({hi['cell']}; per layer "
                    + ", ".join(_pct(x) for x in hi.get("per_layer", [])) + "); the paper reports ~10% on "
                    "Qwen3-30B-A3B.")
+    out += [f"{e3[k][0].upper()}{e3[k][1:]}" for k in ("grid_summary", "probe_summary") if e3.get(k)]
     layers = e3.get("expert_change_per_layer") or []
     if layers:
         out.append(f"At the default setting (fine MoE, LoRA + router, lr 3e-4, mu 4) the activated experts that "
@@ -208,6 +235,31 @@ def routing_paragraph(p3: dict, p4: dict) -> str:
         out.append(f"**P4 ({p4['verdict']})** at {e4.get('where') or 'the default cell'}: held-out accuracy (T = 1, "
                    f"seed means) {acc}; runs that collapsed {falls}.")
     return " ".join(out)
+
+
+def grid_summary(table: pd.DataFrame, level: float = 0.05) -> str:
+    """The grid in one sentence: how many cells collapse, the range of P3's measure (run-mean and deepest layer) over
+    the cells that do not, and how many of the cells at >= `level` collapse."""
+    bad = table["collapsed"].astype(bool)
+    live, high = table[~bad], table[table["run_mean"] >= level]
+    out = f"{int(bad.sum())} of {len(table)} cells collapse"
+    if len(live):
+        out += (f"; the {len(live)} that do not ({', '.join(live.index)}) move {100 * live.run_mean.min():.1f}-"
+                f"{100 * live.run_mean.max():.1f}% of activated experts per update (deepest layer up to "
+                f"{100 * live.deepest.max():.1f}%)")
+    if len(high):
+        out += (f"; of the {len(high)} cells at >= {100 * level:.0f}% (up to {100 * high.run_mean.max():.1f}%), "
+                f"{int(high['collapsed'].astype(bool).sum())} collapse")
+    return out + "."
+
+
+def probe_summary(table: pd.DataFrame) -> str:
+    """The replay probe in one sentence: per arm, in how many of the probe's cells its run collapsed."""
+    if not len(table):
+        return "no probe runs."
+    arms = table.index.get_level_values(1)
+    return "; ".join(f"{arm} collapsed in {int(table[arms == arm]['collapsed'].astype(bool).sum())} of "
+                     f"{int((arms == arm).sum())} cells" for arm in dict.fromkeys(arms)) + "."
 
 
 OPERATING_LEVELS = (0.10, 0.05)

@@ -194,8 +194,9 @@ def headline(rec: dict) -> str:
     """Our headline number, short: the first judged mean (or slope) with its interval, number first
     ('+0.107 [+0.091, +0.123] held-out accuracy (T = 1), GRPO - base'), the numbers as the part's text writes
     them (so in the measure's unit: ELR in percent) or, where the text does not, to two digits of the interval's
-    width; else the first part's text with its per-seed numbers first; else the record's `ours`. A check's
-    number is never the headline, and a claim not yet run has none ('')."""
+    width; else the first judged part's text (a premise or condition is never the headline) with its per-seed
+    numbers first; else the record's `ours`. A check's number is never the headline, and a claim not yet run has
+    none ('')."""
     if rec.get("verdict") == NOT_RUN:  # a not-yet-run claim's numbers are checks or reported beside: no headline
         return ""
     parts = judged_parts({**(rec.get("judgement") or {}), "text": str(rec.get("ours", ""))})
@@ -211,7 +212,8 @@ def headline(rec: dict) -> str:
             lo, hi = p["interval"]
             d = _decimals(lo, hi)
             return f"{centre:+.{d}f} [{lo:+.{d}f}, {hi:+.{d}f}] {what}".strip()
-    text = parts[1]["text"] if len(parts) > 1 else parts[0]["text"]
+    judged = [q for q in parts[1:] if q.get("role", "part") == "part"]  # a premise or condition is not the headline
+    text = judged[0]["text"] if judged else parts[1]["text"] if len(parts) > 1 else parts[0]["text"]
     what, sep, numbers = text.partition(" per seed: ")
     return f"{numbers} {what}" if sep else text
 
