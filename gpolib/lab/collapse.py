@@ -1,6 +1,6 @@
 """DESIGN's collapse of a training run (P4, S1's and P3's grids): its training reward below the base's for >= 5
-consecutive steps. What "the base's" reward is stays with each grid: S1's cell compares with its own step-0 reward,
-P3's cell with the base card's held-out accuracy."""
+consecutive steps, the base's reward being the run's step-0 reward (its first rollout samples the base policy) in
+every caller: S1's cells, P3's cells, P4's runs and the replay probe."""
 from __future__ import annotations
 
 COLLAPSE_STEPS = 5
