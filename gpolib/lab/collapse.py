@@ -7,8 +7,13 @@ COLLAPSE_STEPS = 5
 """DESIGN: a run collapses when its training reward stays below the base's for >= 5 consecutive steps"""
 
 
-def collapsed(rewards, base: float, run: int = COLLAPSE_STEPS) -> bool:
-    """True when `rewards` (per step) stay below `base` (strictly) for >= `run` consecutive steps."""
+def collapsed(rewards, base: float | None = None, run: int = COLLAPSE_STEPS) -> bool:
+    """True when `rewards` (per step) stay below `base` (strictly) for >= `run` consecutive steps; `base` None: the
+    step-0 reward, rewards[0] (no rewards: False)."""
+    if base is None:
+        if len(rewards) == 0:
+            return False
+        base = rewards[0]
     streak = 0
     for r in rewards:
         streak = streak + 1 if r < base else 0

@@ -28,7 +28,8 @@ from ..models import EMBEDDED
 from . import collapse, stats
 from .base_models import card
 from .gspo import clip_share, final_mean, mismatch_stats, sequence_mismatch, token_mismatch
-from .runs import arm_of, end_accuracy, mean_over, run_key
+from .moe_grid import P4_LABELS
+from .runs import arm_of, end_accuracy, max_over, mean_over, run_key
 
 ENGINE = {"rollout_autocast": "bfloat16"}
 """the rollout engine of every arm: sampling under bf16 autocast (the decoder's matmuls and KV cache in bf16) while
@@ -272,8 +273,7 @@ def clipped_by_mismatch(seq_abs_log_ratio: torch.Tensor, eps_low: float, eps_hig
 def collapsed(metrics: list) -> bool:
     """DESIGN's collapse (P4): the run's training reward below the base's for >= 5 consecutive steps, the base's
     being the run's step-0 reward (its first rollout samples the base policy, before any update)."""
-    rewards = [r["reward/mean"] for r in metrics]
-    return bool(rewards) and collapse.collapsed(rewards, rewards[0])
+    return collapse.collapsed([r["reward/mean"] for r in metrics])
 
 
 def run_table(metrics_by_run: dict, summaries: dict, frac: float = 0.2) -> pd.DataFrame:
@@ -282,11 +282,10 @@ def run_table(metrics_by_run: dict, summaries: dict, frac: float = 0.2) -> pd.Da
     rows = {}
     for run, m in metrics_by_run.items():
         s = summaries[run]
-        spread = [r.get("ratio/log_std") for r in m if r.get("ratio/log_std") is not None]
         rows[run] = {"acc start": s["eval_start"]["acc/sample"], "acc end": s["eval_end"]["acc/sample"],
                      "greedy end": s["eval_end"]["acc/greedy"], "reward (last 20%)": final_mean(m, "reward/mean", frac),
                      "clip/frac": clip_share(m), "log-ratio std": mean_over(m, "ratio/log_std"),
-                     "log-ratio std max": max(spread) if spread else math.nan, "collapsed": collapsed(m)}
+                     "log-ratio std max": max_over(m, "ratio/log_std"), "collapsed": collapsed(m)}
     return pd.DataFrame.from_dict(rows, orient="index")
 
 
@@ -315,16 +314,11 @@ def p4_evidence(metrics_by_run: dict, summaries: dict, seeds, expert_change: flo
     for key, fn in (("acc", lambda r: summaries[r]["eval_end"]["acc/sample"]),
                     ("reward", lambda r: final_mean(metrics_by_run[r])),
                     ("clip", lambda r: clip_share(metrics_by_run[r])),
-                    ("spread_max", lambda r: _largest(metrics_by_run[r], "ratio/log_std")),
+                    ("spread_max", lambda r: max_over(metrics_by_run[r], "ratio/log_std")),
                     ("collapsed", lambda r: collapsed(metrics_by_run[r]))):
         out.update({f"{key}_{k}": v for k, v in _per_seed(arms, seeds, fn).items()})
     return {**out, "routing": routing, "arms": sorted(arms), "where": where,
             **({} if expert_change is None else {"expert_change": expert_change})}
-
-
-def _largest(metrics: list, key: str) -> float:
-    xs = [r[key] for r in metrics if r.get(key) is not None]
-    return max(xs) if xs else math.nan
 
 
 def p5_evidence(metrics_by_run: dict, summaries: dict, seeds, mismatch: dict) -> dict:
@@ -402,10 +396,10 @@ def verdict_p4(e: dict) -> stats.Verdict:
     routing = P4_ROUTING.judge(e.get("expert_change"))  # None (not measured): no value, the condition is not met
     v = P4_RULE.judge(parts, conditions=[load_balance(e.get("routing")), routing]).with_note(
         "the routing condition is logged at every update of the P4 runs without replay (GRPO, GSPO)")
-    keys = [k for k in ("grpo", "grpo_replay", "gspo", "sapo") if f"reward_{k}" in e]
-    names = {"grpo": "GRPO", "grpo_replay": "GRPO + replay", "gspo": "GSPO", "sapo": "SAPO"}
-    collapses = ", ".join(f"{names[k]} {sum(bool(x) for x in e[f'collapsed_{k}'])}" for k in keys)
-    v = v.with_note("final training reward " + ", ".join(f"{names[k]} {stats.seed_mean(e[f'reward_{k}'])}" for k in keys)
+    keys = [k for k in P4_LABELS if f"reward_{k}" in e]
+    collapses = ", ".join(f"{P4_LABELS[k]} {sum(bool(x) for x in e[f'collapsed_{k}'])}" for k in keys)
+    v = v.with_note("final training reward "
+                    + ", ".join(f"{P4_LABELS[k]} {stats.seed_mean(e[f'reward_{k}'])}" for k in keys)
                     + f" (seed means); collapsed runs (DESIGN: training reward below the step-0 reward for >= 5 "
                     f"consecutive steps) {collapses}")
     if e.get("acc_sapo"):  # SAPO's arm at the operating point

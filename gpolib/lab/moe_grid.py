@@ -22,7 +22,7 @@ from ..config import TrainConfig
 from ..models import EMBEDDED
 from .base_models import card  # noqa: F401  (notebook 08 reads the grid model's card through this module)
 from .collapse import COLLAPSE_STEPS, collapsed  # noqa: F401  (the grid's cells read DESIGN's collapse)
-from .runs import mean_over, run_key
+from .runs import max_over, mean_over, run_key
 
 BALANCED = EMBEDDED["moe-floor"]
 """the grid's model: the load-balanced fine MoE (64 experts, top-8, 8 layers; P3's premise holds on its card: weakest
@@ -75,13 +75,21 @@ def grid_from_params(p: dict) -> dict:
 
 PROBES = {"probe_replay": {"routing_replay": True}, "probe_gspo": {"preset": "gspo", "loss_eps_high": None}}
 """the replay probe's arms beside a grid cell's GRPO: GRPO + Routing Replay, and GSPO (its own clip, 3e-4 / 4e-4)"""
+PROBE_ROWS = {"GRPO": "grid", "GRPO + replay": "probe_replay", "GSPO": "probe_gspo"}
+"""the probe's rows at a cell -> the prefix of their arm's name (GRPO: the grid's own cell)"""
+PROBE_COLOURS = {"GRPO": "tab:blue", "GRPO + replay": "tab:green", "GSPO": "tab:orange"}
+
+
+def probe_arm(prefix: str, cell: str) -> str:
+    """The arm of a probe row at a grid cell: ("probe_replay", "grid-lora-lr1x-mu8") -> "probe_replay-lora-lr1x-mu8"."""
+    return prefix + cell[len("grid"):]
 
 
 def probe_arms(params: dict) -> dict:
     """The replay probe (full.yaml's GRID_PROBE, declared before its runs; observed, not judged): at each named grid
     cell, GRPO + Routing Replay and GSPO without it, with the cell's every other field and seed 0, beside the cell's
     own GRPO run: whether replay (or the sequence ratio) keeps the cell's training reward where GRPO's falls. Arm
-    names "probe_replay-lora-lr1x-mu8"; {} without GRID_PROBE."""
+    names "probe_replay-lora-lr1x-mu8" (`probe_arm`); {} without GRID_PROBE."""
     cells = params.get("GRID_PROBE") or []
     if not cells:
         return {}
@@ -93,18 +101,17 @@ def probe_arms(params: dict) -> dict:
     for cell in cells:
         for probe, fields in PROBES.items():
             spec = {**grid[cell], **fields}
-            out[probe + cell[len("grid"):]] = {k: v for k, v in spec.items() if v is not None}
+            out[probe_arm(probe, cell)] = {k: v for k, v in spec.items() if v is not None}
     return out
 
 
 def probe_table(metrics_by_run: dict, cells, seed: int = 0) -> pd.DataFrame:
-    """Per probe cell and arm (GRPO: the grid's run; GRPO + replay; GSPO): the training reward per step, P3's
-    measure (run-mean over layers) and DESIGN's collapse against the step-0 reward. Rows (cell, arm)."""
+    """Per probe cell and row (`PROBE_ROWS`: GRPO, the grid's run; GRPO + replay; GSPO): the training reward per step,
+    P3's measure (run-mean over layers) and DESIGN's collapse against the step-0 reward. Rows (cell, label)."""
     rows = {}
     for cell in cells:
-        for label, arm in (("GRPO", cell), ("GRPO + replay", "probe_replay" + cell[len("grid"):]),
-                           ("GSPO", "probe_gspo" + cell[len("grid"):])):
-            m = metrics_by_run.get(run_key(arm, seed))
+        for label, prefix in PROBE_ROWS.items():
+            m = metrics_by_run.get(run_key(probe_arm(prefix, cell), seed))
             if m:
                 c = cell_measures(m)
                 rows[(cell, label)] = {"run_mean": c["run_mean"], "collapsed": c["collapsed"],
@@ -112,25 +119,21 @@ def probe_table(metrics_by_run: dict, cells, seed: int = 0) -> pd.DataFrame:
     return pd.DataFrame.from_dict(rows, orient="index")
 
 
-def probe_figure(metrics_by_run: dict, cells, seed: int = 0):
-    """The replay probe: per probe cell, the training reward per step of GRPO (the grid's run), GRPO + Routing Replay
-    and GSPO, with the step-0 reward (the base's, DESIGN's collapse line) dashed; each arm's P3 measure in its label."""
+def probe_figure(table: pd.DataFrame):
+    """The replay probe (`probe_table`): per probe cell, the training reward per step of each row, with the step-0
+    reward (the base's, DESIGN's collapse line) dashed; each row's P3 measure in its label."""
     import matplotlib.pyplot as plt
 
     from . import plots
+    cells = list(dict.fromkeys(table.index.get_level_values(0))) if len(table) else []
     fig, axes = plt.subplots(1, max(1, len(cells)), figsize=(5.2 * max(1, len(cells)), 3.6), squeeze=False)
+    steps = [c for c in table.columns if c.startswith("reward ")]
     for ax, cell in zip(axes[0], cells):
-        tail = cell[len("grid"):]
-        for label, arm, colour in (("GRPO", cell, "tab:blue"), ("GRPO + replay", "probe_replay" + tail, "tab:green"),
-                                   ("GSPO", "probe_gspo" + tail, "tab:orange")):
-            m = metrics_by_run.get(run_key(arm, seed))
-            if m:
-                c = cell_measures(m)
-                ax.plot(range(len(c["rewards"])), c["rewards"], marker="o", color=colour,
-                        label=f"{label} (experts changed {100 * c['run_mean']:.1f}%)")
-                base = c["base_reward"]
-        if metrics_by_run.get(run_key(cell, seed)):
-            ax.axhline(base, ls="--", c="grey", lw=1, label="step-0 reward (the base's)")
+        part = table.loc[cell]
+        for label, row in part.iterrows():
+            ax.plot(range(len(steps)), row[steps].to_numpy(dtype=float), marker="o", color=PROBE_COLOURS[label],
+                    label=f"{label} (experts changed {100 * row['run_mean']:.1f}%)")
+        ax.axhline(part["reward 0"].iloc[0], ls="--", c="grey", lw=1, label="step-0 reward (the base's)")
         ax.set(xlabel="step", ylabel="training reward", ylim=(-0.02, None))
         ax.legend(fontsize=7)
         plots.title(ax, "P4 probe", cell)
@@ -151,11 +154,6 @@ def _layers(metrics: list) -> list:
     return [mean_over(metrics, f"moe/expert_change/l{i}") for i in range(n)]
 
 
-def _max(metrics: list, key: str) -> float:
-    xs = [r[key] for r in metrics if r.get(key) is not None and not math.isnan(r[key])]
-    return max(xs) if xs else math.nan
-
-
 def cell_measures(metrics: list, base_reward: float | None = None) -> dict:
     """One cell's row: P3's measure (run-mean over layers and updates, the deepest layer, the first step's updates),
     the same updates' token log-ratio spread, max token ratio and KL and GSPO's sequence log-ratio spread on the
@@ -170,12 +168,12 @@ def cell_measures(metrics: list, base_reward: float | None = None) -> dict:
     return {"run_mean": sum(layers) / len(layers) if layers else math.nan, "deepest": layers[-1] if layers else math.nan,
             "first_update": first.get("moe/expert_change", math.nan), "per_layer": layers,
             "token_log_ratio_std": mean_over(metrics, "moe/update_log_ratio_std"),
-            "max_token_ratio": _max(metrics, "moe/update_max_ratio"),
+            "max_token_ratio": max_over(metrics, "moe/update_max_ratio"),
             "seq_log_ratio_std": mean_over(metrics, "moe/update_seq_log_ratio_std"),
             "first_kl": first.get("moe/update_kl", math.nan),
             "objective_log_ratio_std": mean_over(metrics, "ratio/log_std"), "clip_frac": mean_over(metrics, "clip/frac"),
             "rewards": rewards, "skipped": sum(int(r.get("update/skipped", 0)) for r in metrics),
-            "base_reward": base, "collapsed": collapsed(rewards, base) if rewards else False}
+            "base_reward": base, "collapsed": collapsed(rewards, base)}
 
 
 def grid_table(metrics_by_run: dict, arms, base_reward: float | None = None, seed: int = 0) -> pd.DataFrame:
@@ -225,13 +223,12 @@ def routing_paragraph(p3: dict, p4: dict) -> str:
     layers = e3.get("expert_change_per_layer") or []
     if layers:
         out.append(f"At the default setting (fine MoE, LoRA + router, lr 3e-4, mu 4) the activated experts that "
-                   f"change per update are {_pct(sum(layers) / len(layers))} (mean over layers), from {_pct(layers[0])} in layer 0 to {_pct(layers[-1])} in "
-                   f"layer {len(layers) - 1}.")
-    names = {"grpo": "GRPO", "grpo_replay": "GRPO + replay", "gspo": "GSPO", "sapo": "SAPO"}
-    keys = [k for k in names if f"acc_{k}" in e4]
+                   f"change per update are {_pct(sum(layers) / len(layers))} (mean over layers), from "
+                   f"{_pct(layers[0])} in layer 0 to {_pct(layers[-1])} in layer {len(layers) - 1}.")
+    keys = [k for k in P4_LABELS if f"acc_{k}" in e4]
     if keys:
-        acc = ", ".join(f"{names[k]} {sum(e4[f'acc_{k}']) / len(e4[f'acc_{k}']):.3f}" for k in keys)
-        falls = ", ".join(f"{names[k]} {sum(bool(x) for x in e4[f'collapsed_{k}'])}" for k in keys)
+        acc = ", ".join(f"{P4_LABELS[k]} {sum(e4[f'acc_{k}']) / len(e4[f'acc_{k}']):.3f}" for k in keys)
+        falls = ", ".join(f"{P4_LABELS[k]} {sum(bool(x) for x in e4[f'collapsed_{k}'])}" for k in keys)
         out.append(f"**P4 ({p4['verdict']})** at {e4.get('where') or 'the default cell'}: held-out accuracy (T = 1, "
                    f"seed means) {acc}; runs that collapsed {falls}.")
     return " ".join(out)
@@ -262,6 +259,8 @@ def probe_summary(table: pd.DataFrame) -> str:
                      f"{int((arms == arm).sum())} cells" for arm in dict.fromkeys(arms)) + "."
 
 
+P4_LABELS = {"grpo": "GRPO", "grpo_replay": "GRPO + replay", "gspo": "GSPO", "sapo": "SAPO"}
+"""P4's evidence keys -> how its verdict (`gspo_moe.verdict_p4`) and the README name them"""
 OPERATING_LEVELS = (0.10, 0.05)
 """P4's operating point (DESIGN): the smallest-update cell whose run-mean is >= 10%, else >= 5%"""
 

@@ -135,8 +135,8 @@ def cell_table(measures: dict, rewards: dict, card: float | None = None) -> pd.D
         row = {"mu": mu, "lr x": x, "seeds": len(seeds), **vals.mean().to_dict(),
                "L*": ratio_prefix.band_length(vals["V'"].mean()), "L* lo": lo, "L* hi": hi,
                "base reward": float(curve[0]),
-               "reward": float(curve.mean()), "collapsed": collapsed(curve, curve[0]),
-               "seeds collapsed": sum(collapsed(rewards[(mu, x, s)], rewards[(mu, x, s)][0]) for s in seeds)}
+               "reward": float(curve.mean()), "collapsed": collapsed(curve),
+               "seeds collapsed": sum(collapsed(rewards[(mu, x, s)]) for s in seeds)}
         if card is not None:
             row["collapsed vs card"] = collapsed(curve, card)
         rows.append(row)

@@ -145,6 +145,12 @@ def mean_over(rows: list, key: str) -> float:
     return mean_of((r.get(key) for r in rows), empty=math.nan)
 
 
+def max_over(rows: list, key: str) -> float:
+    """Largest `key` over the rows that have a value (None and NaN skipped); NaN if none has."""
+    xs = [r[key] for r in rows if r.get(key) is not None and not math.isnan(r[key])]
+    return max(xs) if xs else math.nan
+
+
 def eval_table(summaries_by_run: dict, keys=("acc/sample", "acc/greedy", "len/mean", "len/correct", "len/incorrect")
                ) -> pd.DataFrame:
     """Held-out metrics at the start and end of each run: rows run, columns (key, start|end)."""
