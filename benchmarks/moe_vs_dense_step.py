@@ -11,7 +11,8 @@ the mu minibatch updates and, on the MoE, P3's measure. Arms:
 - `moe_bf16`: the fine MoE with notebook 08's engine (bf16 autocast, `gspo_moe.ENGINE`), as its committed runs;
 - `moe_torch`: `moe` with issue 50's switchable changes off for its steps (`issue50_off`): experts by torch in the
   no-grad passes, the training forward + backward and the decoder (its MoE layers per layer, not in the whole-step
-  kernel), the experts' LoRA folded at every forward call, new tensors NaN-filled,
+  kernel), the experts' LoRA folded at every forward call by peft's parametrization (not `lora.lean_experts_forward`),
+  the routers' top-k by torch (not `engine.topk_kernel`), new tensors NaN-filled,
   `expert_change='full'` (a routing pass over the rollout after every optimiser step; the routing passes' justified
   layout stays): the same process's before / after.
 `moe` and `moe_bf16` log the expert change as the config's default, `expert_change='minibatch'`.
@@ -54,7 +55,7 @@ import torch  # noqa: E402
 
 import torch.utils.deterministic  # noqa: E402
 
-from gpolib import moe  # noqa: E402
+from gpolib import lora, moe  # noqa: E402
 from gpolib import policy as P  # noqa: E402
 from gpolib import update as U  # noqa: E402
 from gpolib.engine import decoder, step_kernel  # noqa: E402
@@ -92,14 +93,19 @@ def issue50_off(trainer: Trainer):
     pack, fold, fill = decoder._pack_experts, P.folded_experts, torch.utils.deterministic.fill_uninitialized_memory
     decoder._pack_experts, P.folded_experts = (lambda w: None), (lambda model: contextlib.nullcontext())
     torch.utils.deterministic.fill_uninitialized_memory = True
-    trainer.policy.experts_kernel = trainer.policy.train_experts_kernel = step_kernel.MOE = False
+    pol = trainer.policy
+    pol.experts_kernel = pol.train_experts_kernel = pol.router_kernel = step_kernel.MOE = False
+    lean = {m: m.__dict__.pop("forward") for m in trainer.model.modules()
+            if getattr(m.__dict__.get("forward"), "func", None) is lora.lean_experts_forward}
     cfg, trainer.cfg = trainer.cfg, dataclasses.replace(trainer.cfg, expert_change="full")
     try:
         yield
     finally:
         decoder._pack_experts, P.folded_experts = pack, fold
         torch.utils.deterministic.fill_uninitialized_memory = fill
-        trainer.policy.experts_kernel = trainer.policy.train_experts_kernel = step_kernel.MOE = True
+        pol.experts_kernel = pol.train_experts_kernel = pol.router_kernel = step_kernel.MOE = True
+        for m, forward in lean.items():
+            m.forward = forward
         trainer.cfg = cfg
 
 

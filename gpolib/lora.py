@@ -1,5 +1,7 @@
 """LoRA at speed: while sampling, fold the adapters into the base weights for the block, then restore them exactly
-(`merged_lora`); while training, a forward without output-sized elementwise work (`lean_forward`)."""
+(`merged_lora`); while training, a forward without output-sized elementwise work (`lean_forward`) and an MoE's
+stacked experts with their LoRA folded by one batched matmul per parameter, without peft's per-call parametrization
+(`lean_experts_forward`)."""
 from __future__ import annotations
 
 import contextlib
@@ -68,19 +70,22 @@ def _lora_linears(model) -> list:
 
 
 def use_lean_forward(model) -> int:
-    """Give every peft LoRA Linear of `model` `lean_forward` (an instance attribute; parameters, state dict and
-    saved adapters are unchanged). -> number of layers changed (0 without peft or LoRA Linear layers)."""
+    """Give every peft LoRA Linear of `model` `lean_forward`, and every outermost LoRA wrapper of stacked experts
+    `lean_experts_forward` (instance attributes; parameters, state dict and saved adapters are unchanged).
+    -> number of LoRA Linear layers changed (0 without peft or LoRA Linear layers)."""
     layers = _lora_linears(model)
     for m in layers:
         m.forward = functools.partial(lean_forward, m)
+    for m in _outer_expert_wrappers(model):
+        m.forward = functools.partial(lean_experts_forward, m)
     return len(layers)
 
 
 def use_peft_forward(model) -> int:
-    """Undo `use_lean_forward`: every peft LoRA Linear of `model` back on peft's own forward (for comparisons).
-    -> number of layers."""
+    """Undo `use_lean_forward`: every peft LoRA Linear and experts wrapper of `model` back on peft's own forward (for
+    comparisons). -> number of LoRA Linear layers."""
     layers = _lora_linears(model)
-    for m in layers:
+    for m in layers + _outer_expert_wrappers(model):
         m.__dict__.pop("forward", None)
     return len(layers)
 
@@ -102,14 +107,51 @@ def _foldable(m) -> bool:
             and m.num_experts > 1 and m.get_param().dtype in (torch.float32, torch.float64))
 
 
+def _outer_expert_wrappers(model) -> list:
+    """The experts wrappers that no other wraps: one per MoE layer, around the wrappers of its other parameters."""
+    wrappers = _expert_wrappers(model)
+    inner = {id(m.base_layer) for m in wrappers}
+    return [m for m in wrappers if id(m) not in inner]
+
+
+def folded(m) -> torch.Tensor:
+    """The stacked experts parameter of a `_foldable` wrapper with its LoRA, W' = W + s * lhs @ rhs (E, out, in), as
+    peft's `_LoraFactorsProxy` computes it, by one `baddbmm` over contiguous factors. peft's factors are strided views
+    of lora_A / lora_B (rhs's rows are E apart), which torch's CPU `baddbmm` multiplies one expert at a time, a copy
+    and a matmul call each; contiguous, the batch goes to one batched matmul. The same products and sums, equal to
+    peft's W' within float rounding (bit for bit on the CPUs measured; tests/test_lora.py), its gradient flowing to
+    lora_A and lora_B through the copies."""
+    lhs, rhs, s = m.get_delta_factors(m.active_adapters[0])
+    w = m.get_param()
+    with torch.autocast(device_type=w.device.type, enabled=False):
+        return torch.baddbmm(w, lhs.contiguous(), rhs.contiguous(), alpha=s)
+
+
+def lean_experts_forward(wrapper, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+    """peft's forward of an MoE layer's stacked experts under LoRA (`ParamWrapper`s nested, one per targeted
+    parameter), without its per-call parametrization: peft registers a parametrization on the experts module at every
+    call (torch evaluates it once to check it, so the fold W' = W + s * lhs @ rhs runs twice), reads it, and removes
+    it. Here each wrapped parameter is `folded` once and the experts module runs with the folded tensors in the
+    parameters' places (`torch.func.functional_call`): W' as peft's, so the same output and gradients within float
+    rounding (tests/test_lora.py). Anything not `_foldable` (disabled, merged or several adapters, other dtypes), extra
+    arguments or autocast goes through peft's own forward. x (N, H) and the experts' arguments -> (N, H)."""
+    chain = [wrapper]
+    while isinstance(chain[-1].base_layer, type(wrapper)):
+        chain.append(chain[-1].base_layer)
+    if kwargs or torch.is_autocast_enabled(x.device.type) or not all(_foldable(m) for m in chain):
+        return type(wrapper).forward(wrapper, x, *args, **kwargs)
+    weights = {m.parameter_name: folded(m) for m in chain}
+    return torch.func.functional_call(chain[-1].base_layer, weights, (x, *args))
+
+
 @contextlib.contextmanager
 def folded_experts(model):
     """No-grad passes only: the LoRA of an MoE's stacked experts folded into their weights once for the block, by
     peft's own arithmetic, instead of at every forward call.
 
-    peft's `ParamWrapper` recomputes W' = baddbmm(W, lhs, rhs, alpha=s) (E, out, in) on each call, one small matmul
-    per expert on the CPU; a pass over a rollout in chunks of 16 rows calls it once per chunk and layer. Here W' is
-    computed by the same call once, put in W's place, and the wrappers marked merged so that peft reads it as it is;
+    peft's `ParamWrapper` recomputes W' = baddbmm(W, lhs, rhs, alpha=s) (E, out, in) on each call (and
+    `lean_experts_forward` once per call); a pass over a rollout in chunks of 16 rows calls it once per chunk and
+    layer. Here W' is computed by peft's call once, put in W's place, and the wrappers marked merged so that peft reads it as it is;
     on exit the original tensors come back (no subtraction: exact). Same W' bit for bit, so the same pass
     (tests/test_lora.py). Inside the block the experts' LoRA gets no gradient: use it under no_grad /
     inference_mode only; wrappers that are not `_foldable` (disabled adapters: the reference policy) are left alone."""
@@ -121,9 +163,9 @@ def folded_experts(model):
                 lhs, rhs, s = m.get_delta_factors(m.active_adapters[0])
                 w = m.get_param()
                 with torch.autocast(device_type=w.device.type, enabled=False):
-                    folded = torch.baddbmm(w, lhs, rhs, alpha=s)  # (E, out, in), as peft's `_LoraFactorsProxy`
+                    w_folded = torch.baddbmm(w, lhs, rhs, alpha=s)  # (E, out, in), as peft's `_LoraFactorsProxy`
                 saved.append((m, w, w.data))
-                w.data = folded
+                w.data = w_folded
                 m.merged_adapters = list(m.active_adapters)  # peft's forward then calls the base layer as it is
         yield
     finally:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from . import qwen_ops
-from .engine import no_grad_experts, train_experts
+from .engine import no_grad_experts, router_top_k, train_experts
 from .lora import folded_experts
 from .logprobs import completion_logps
 from .rollout import Rollout
@@ -38,18 +38,23 @@ class Policy:
     train_experts_kernel: bool = True
     """passes with a gradient (the training forward): an MoE's routed experts by the C++ kernels, forward and backward
     (`gpolib.engine.train_experts`) where they serve; False: `qwen_ops.experts_forward` (for comparisons)"""
+    router_kernel: bool = True
+    """every pass: an MoE router's top-k indices by the C++ kernel (`gpolib.engine.router_top_k`) where it serves;
+    False: torch's topk (for comparisons)"""
 
     def logps(self, ro: Rollout, rows=slice(None), with_entropy: bool = False, chunk_rows: int = 64,
               bucket: bool = True, justify: bool = True):
         """log pi_theta of the completion tokens of `rows` (with grad), (b, T) [, entropy (b, T)]; a Qwen3 policy's
         RMSNorm and RoPE with their backward written out (`qwen_ops`); in a no-grad pass an MoE's expert LoRA folded
         once for all chunks (`lora.folded_experts`, bit for bit peft's) and its experts by the C++ kernel where it
-        serves (`experts_kernel`; with a gradient, `train_experts_kernel`). bucket / justify: `completion_logps`."""
+        serves (`experts_kernel`; with a gradient, `train_experts_kernel`), its routers' top-k too (`router_kernel`).
+        bucket / justify: `completion_logps`."""
         no_grad = not torch.is_grad_enabled()
         fold = folded_experts(self.model) if no_grad else contextlib.nullcontext()
         experts = no_grad_experts() if no_grad and self.experts_kernel else None
         trained = train_experts() if not no_grad and self.train_experts_kernel else None
-        with qwen_ops.fused(self.fused_ops, experts=experts, train_experts=trained), fold:
+        top_k = router_top_k() if self.router_kernel else None
+        with qwen_ops.fused(self.fused_ops, experts=experts, train_experts=trained, top_k=top_k), fold:
             return completion_logps(self.model, ro.prompt_ids[rows].to(self.device),
                                     ro.prompt_mask[rows].to(self.device),
                                     ro.completion_ids[rows].to(self.device), ro.completion_mask[rows].to(self.device),

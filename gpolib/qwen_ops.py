@@ -16,8 +16,12 @@ tensor forward and as many back; here the routing weight multiplies the expert's
 map commutes with the scalar) and one `index_add` sums the slots into their tokens. Same grouped matmuls
 (`torch.nn.functional.grouped_mm`); equal to transformers' within float rounding (tests/test_qwen_ops.py).
 
+Qwen3-MoE's router: inside a `fused()` block given a `top_k` function (`gpolib.engine.topk_kernel`), its top-k
+indices come from that function and its values from `gather` (topk's values and gradient); the logits, softmax and
+normalisation as transformers' own, so the same outputs and gradients bit for bit (tests/test_qwen_ops.py).
+
 They act only where asked: `install()` (idempotent, done by the first `fused()` block) wraps Qwen3's and Qwen3-MoE's
-`RMSNorm.forward`, `apply_rotary_pos_emb` and `Qwen3MoeExperts.forward` once; the wrappers take the written-out path
+`RMSNorm.forward`, `apply_rotary_pos_emb`, `Qwen3MoeExperts.forward` and `Qwen3MoeTopKRouter.forward` once; the wrappers take the written-out path
 inside a `fused()` block on the calling thread, for float32 tensors (RoPE: also float64) without autocast, and
 transformers' own code otherwise (a TRL model in the side-by-side benchmark, bf16 engines, the pre-training, anything
 outside the trainer's passes).
@@ -40,21 +44,26 @@ def active() -> bool:
 
 
 @contextlib.contextmanager
-def fused(on: bool = True, experts=None, train_experts=None):
+def fused(on: bool = True, experts=None, train_experts=None, top_k=None):
     """Within the block (this thread only), Qwen3 / Qwen3-MoE RMSNorm and RoPE take the written-out path.
 
     experts: where no gradient is recorded, a function computing Qwen3-MoE's routed experts as `experts_forward`
     (hidden, top_k_index, top_k_weights, gate_up_proj, down_proj) -> (N, H), or None where it cannot serve (e.g.
     `gpolib.engine.grouped_swiglu`, the C++ kernel); None: `experts_forward` throughout. train_experts: the same where
-    a gradient is recorded, its result differentiable (e.g. `gpolib.engine.trained_swiglu`)."""
+    a gradient is recorded, its result differentiable (e.g. `gpolib.engine.trained_swiglu`). top_k: the indices of
+    Qwen3-MoE's router choice, (probs (N, E), k) -> (N, k) as `torch.topk(probs, k).indices`, or None where it cannot
+    serve (e.g. `gpolib.engine.topk_kernel.top_k_indices`); None: the router as transformers computes it."""
     if on:
         install()  # here, not at import: importing gpolib loads no transformers model code
-    before = active(), getattr(_STATE, "experts", None), getattr(_STATE, "train_experts", None)
-    _STATE.on, _STATE.experts, _STATE.train_experts = on, experts, train_experts
+    names = ("on", "experts", "train_experts", "top_k")
+    before = {n: getattr(_STATE, n, None) for n in names}
+    for n, v in zip(names, (on, experts, train_experts, top_k)):
+        setattr(_STATE, n, v)
     try:
         yield
     finally:
-        _STATE.on, _STATE.experts, _STATE.train_experts = before
+        for n, v in before.items():
+            setattr(_STATE, n, v)
 
 
 class RMSNormFn(torch.autograd.Function):
@@ -193,9 +202,30 @@ def _wrap_experts(cls) -> None:
     cls.forward = forward
 
 
+def _wrap_router(cls) -> None:
+    own = cls.forward
+
+    def forward(self, hidden_states):
+        fn = getattr(_STATE, "top_k", None)
+        if fn is None or not active() or hidden_states.dtype != torch.float32 or not _plain(hidden_states, self.weight):
+            return own(self, hidden_states)
+        logits = torch.nn.functional.linear(hidden_states.reshape(-1, self.hidden_dim), self.weight)  # (N, E)
+        probs = torch.nn.functional.softmax(logits, dtype=torch.float, dim=-1)  # (N, E)
+        index = fn(probs.detach(), self.top_k)  # (N, k), as torch.topk's
+        if index is None:
+            return own(self, hidden_states)
+        values = probs.gather(1, index)  # (N, k): topk's values; the gradient of gather is topk's
+        if self.norm_topk_prob:
+            values /= values.sum(dim=-1, keepdim=True)
+        return logits, values.to(logits.dtype), index
+
+    forward.gpolib_wrapped = own
+    cls.forward = forward
+
+
 def install() -> None:
-    """Wrap Qwen3's and Qwen3-MoE's RMSNorm.forward and apply_rotary_pos_emb, and Qwen3-MoE's experts' forward
-    (once per process)."""
+    """Wrap Qwen3's and Qwen3-MoE's RMSNorm.forward and apply_rotary_pos_emb, and Qwen3-MoE's experts' and router's
+    forward (once per process)."""
     from transformers.models.qwen3 import modeling_qwen3 as dense
     from transformers.models.qwen3_moe import modeling_qwen3_moe as moe
 
@@ -206,4 +236,6 @@ def install() -> None:
             _wrap_rotary(module)
     if not hasattr(moe.Qwen3MoeExperts.forward, "gpolib_wrapped"):
         _wrap_experts(moe.Qwen3MoeExperts)
+    if not hasattr(moe.Qwen3MoeTopKRouter.forward, "gpolib_wrapped"):
+        _wrap_router(moe.Qwen3MoeTopKRouter)
 

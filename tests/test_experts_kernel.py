@@ -128,6 +128,43 @@ def test_backward_kernel_is_the_equations_gradient_to_float32_rounding(N, H, E, 
     assert torch.equal(kernel[4][unused], torch.zeros_like(kernel[4][unused]))
 
 
+@pytest.mark.parametrize("N,H,E,I,k", [(300, 128, 64, 16, 8), (37, 64, 8, 100, 2)])
+def test_saved_gate_up_product_is_the_products_and_gives_the_same_backward_bit_for_bit(N, H, E, I, k):
+    """The forward's g_save holds [gate_e x_n | up_e x_n] of every (token, slot) pair in slot order (against a
+    float64 product by hand, to float32 rounding), its output is the one without saving, bit for bit, and the
+    backward reading it gives every gradient bit for bit as the backward that multiplies again."""
+    x, idx, w, gu, dn = (t.float() if t.is_floating_point() else t for t in _experts(N, H, E, I, k))
+    packed = K.pack(gu, dn)
+    g = torch.full((N * k, 2 * I), float("nan"))
+    out = K.packed_swiglu(x, idx, w, packed, g_save=g)
+    assert torch.equal(out, K.packed_swiglu(x, idx, w, packed))
+    by_hand = torch.einsum("nkoh,nh->nko", gu.double()[idx], x.double()).reshape(N * k, 2 * I)  # (N k, 2I)
+    assert (g.double() - by_hand).abs().max() <= 1e-5 * by_hand.abs().max()
+    dy = torch.randn(N, H, generator=torch.Generator().manual_seed(2))
+    again = K.swiglu_backward(x, dy, idx, w, gu, dn, packed)
+    saved = K.swiglu_backward(x, dy, idx, w, gu, dn, packed, g_saved=g)
+    assert all(torch.equal(a, b) for a, b in zip(again, saved))
+    with pytest.raises(ValueError, match="saved gate / up"):
+        K.swiglu_backward(x, dy, idx, w, gu, dn, packed, g_saved=g[1:])
+
+
+@pytest.mark.parametrize("shape", [(64, 128, 32), (64, 16, 128), (64, 128, 16), (3, 5, 40)])
+@pytest.mark.parametrize("strided", [False, True])
+def test_panels_hold_each_block_of_columns_zero_padded(shape, strided):
+    """`panels`: panel p of expert e is columns [p NR, (p + 1) NR) of b[e] (K, NR), zero past n; widths that fill
+    their panels (32, 128) and that do not (16, 40), contiguous and transposed inputs."""
+    from gpolib.engine.panels import NR, padded
+
+    E, K_, n = shape
+    b = torch.randn(E, n, K_).transpose(1, 2) if strided else torch.randn(E, K_, n)
+    got = K.panels(b)
+    assert got.shape == (E, padded(n) // NR, K_, NR) and got.is_contiguous()
+    for p in range(padded(n) // NR):
+        cols = b[:, :, p * NR:(p + 1) * NR]
+        assert torch.equal(got[:, p, :, :cols.shape[2]], cols)
+        assert not got[:, p, :, cols.shape[2]:].any()
+
+
 def test_trained_kernel_serves_float32_panels_only_and_refuses_bad_input():
     x, idx, w, gu, dn = _experts(6, 48, 4, 8, 2)  # H = 48: not a multiple of the panel width
     assert K.trained_swiglu(x.float(), idx, w.float(), gu.float(), dn.float()) is None

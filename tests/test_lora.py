@@ -142,3 +142,50 @@ def test_folded_experts_give_peft_pass_bit_for_bit_and_restore_weights():
             assert not any(m.merged for m in wrappers)
             base = model(input_ids=ids, use_cache=False).logits
     assert (base - ref_logits).abs().max() > 1e-3  # the adapter matters here, so the equalities above say something
+
+
+def test_moe_experts_get_the_lean_experts_forward_equal_to_peft_value_and_gradient():
+    """The fine MoE with trained expert LoRA and router: one `lean_experts_forward` per layer (on the outer wrapper,
+    around the other parameter's); logits and every gradient as through peft's parametrized forward, within float
+    rounding; the fold itself as peft's `_LoraFactorsProxy`."""
+    from peft.tuners.lora.layer import ParamWrapper, _LoraFactorsProxy
+
+    from gpolib.lora import folded
+
+    model, tok = load_policy(EMBEDDED["moe-fine"], lora_r=16, lora_alpha=32, train_router=True)
+    _trained_adapter(model, seed=5)
+    ids = tok(["3*47+5=", "12-4*9+100="], return_tensors="pt", padding=True)["input_ids"]  # (2, L)
+    wrappers = [m for m in model.modules() if isinstance(m, ParamWrapper)]
+    lean = [m for m in wrappers if "forward" in m.__dict__]
+    assert len(wrappers) == 16 and len(lean) == 8
+    assert all(m.forward.func.__name__ == "lean_experts_forward" and isinstance(m.base_layer, ParamWrapper)
+               for m in lean)
+    for m in wrappers:
+        want = _LoraFactorsProxy(*m.get_delta_factors("default"))(m.get_param())
+        assert (folded(m) - want).abs().max() <= 1e-6 * want.abs().max()
+    ours = _logits_and_grads(model, ids)
+    use_peft_forward(model)
+    try:
+        peft = _logits_and_grads(model, ids)
+    finally:
+        use_lean_forward(model)
+    assert (ours[0] - peft[0]).abs().max() <= 1e-6 * peft[0].abs().max()
+    assert ours[1].keys() == peft[1].keys()
+    for name, g in peft[1].items():
+        assert (ours[1][name] - g).abs().max() <= 1e-5 * g.abs().max(), name
+    expert_grads = [g for n, g in peft[1].items() if "experts" in n and "lora_A" in n]
+    assert len(expert_grads) == 16 and min(g.abs().max() for g in expert_grads) > 0  # the experts' LoRA trained
+
+
+def test_lean_experts_forward_leaves_disabled_adapters_to_peft():
+    """Adapters disabled (the reference policy): the experts run on their base weights, as the model without LoRA."""
+    model, tok = load_policy(EMBEDDED["moe-fine"], lora_r=16, lora_alpha=32)
+    _trained_adapter(model, seed=6)
+    base, _ = load_policy(EMBEDDED["moe-fine"], lora_r=0)
+    ids = tok(["7*8-3="], return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        with model.disable_adapter():
+            off = model(input_ids=ids, use_cache=False).logits
+        on = model(input_ids=ids, use_cache=False).logits
+        want = base(input_ids=ids, use_cache=False).logits
+    assert torch.equal(off, want) and (on - off).abs().max() > 1e-3

@@ -23,8 +23,9 @@ from __future__ import annotations
 import torch
 
 from ..lora import merged_lora
-from . import attention_kernel, experts_kernel, kernel_choice
+from . import attention_kernel, experts_kernel, kernel_choice, topk_kernel
 from .experts_kernel import grouped_swiglu, trained_swiglu
+from .topk_kernel import top_k_indices
 from .loop import HFNet, after_eos_padded, decode_loop
 from .native import KERNELS
 from .plan import Planner, run
@@ -74,6 +75,12 @@ def no_grad_experts():
     `grouped_swiglu` where it is built and this machine's kernel choice is not 'none' (`kernel_choice.default`),
     else None (torch's grouped path)."""
     return grouped_swiglu if experts_kernel.available() and kernel_choice.default() != "none" else None
+
+
+def router_top_k():
+    """The MoE router's top-k for the trainer's passes (`qwen_ops.fused(top_k=...)`): the C++ kernel's
+    `top_k_indices` where built and this machine's kernel choice is not 'none', else None (torch's topk)."""
+    return top_k_indices if topk_kernel.available() and kernel_choice.default() != "none" else None
 
 
 def train_experts():

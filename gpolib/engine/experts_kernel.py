@@ -33,7 +33,7 @@ def _function():
     """gpolib_moe_experts_f32 of the built library, or None."""
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     return native.function("gpolib_moe_experts_f32", [ptr, i64, i64, ptr, ptr, i64, i64, i64, ptr, i64, ptr, i64,
-                                                     ptr, i64])
+                                                     ptr, i64, ptr])
 
 
 @functools.lru_cache(maxsize=1)
@@ -41,7 +41,7 @@ def _backward_function():
     """gpolib_moe_experts_backward_f32 of the built library, or None."""
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     return native.function("gpolib_moe_experts_backward_f32", [ptr, ptr, i64, i64, ptr, ptr, i64, i64, i64, ptr, i64,
-                                                              ptr, i64, ptr, ptr, ptr, ptr, ptr])
+                                                              ptr, i64, ptr, ptr, ptr, ptr, ptr, ptr])
 
 
 def available() -> bool:
@@ -65,17 +65,21 @@ def pack_right(gate_up: torch.Tensor, down: torch.Tensor) -> tuple:
 def panels(b: torch.Tensor) -> torch.Tensor:
     """Stacked right factors (E, K, n) -> (E, n_p / NR, K, NR) float32: panels of NR columns, zero-padded to n_p."""
     E, K, n = b.shape
+    if n == padded(n):  # no padding: one copy into the panels' order
+        return b.to(torch.float32).reshape(E, K, n // NR, NR).transpose(1, 2).contiguous()
     out = torch.zeros(E, K, padded(n), dtype=torch.float32)
     out[:, :, :n] = b
     return out.view(E, K, -1, NR).transpose(1, 2).contiguous()
 
 
 def packed_swiglu(x: torch.Tensor, idx: torch.Tensor, w: torch.Tensor, packed: tuple,
-                  out: torch.Tensor | None = None) -> torch.Tensor:
+                  out: torch.Tensor | None = None, g_save: torch.Tensor | None = None) -> torch.Tensor:
     """[out +] sum_j w_nj down_e(silu(gate_e x_n) * up_e x_n), e = idx[n, j], for experts packed by `pack`.
 
     x (N, H), idx (N, k) int64, w (N, k) float32 CPU tensors; out (N, H) contiguous float32, added to in place
-    (None: a new tensor). Raises where the kernel is unavailable or refuses the sizes."""
+    (None: a new tensor); g_save: None, or a contiguous float32 (N k, 2I) written with each (token, slot) pair's
+    [gate_e x_n | up_e x_n] in slot order (n k + j), for `swiglu_backward`'s g_saved. Raises where the kernel is
+    unavailable or refuses the sizes."""
     gu, dn = packed
     E, n_gu, H, _ = gu.shape
     I, n_h = dn.shape[2], dn.shape[1]
@@ -94,13 +98,20 @@ def packed_swiglu(x: torch.Tensor, idx: torch.Tensor, w: torch.Tensor, packed: t
         out = torch.empty(N, H)
     elif out.shape != (N, H) or not out.is_contiguous() or out.dtype != torch.float32:
         raise ValueError(f"out must be a contiguous float32 ({N}, {H})")
+    _check_g(g_save, N * k, 2 * I)
     code = fn(x.data_ptr(), N, H, idx.data_ptr(), w.data_ptr(), k, E, I, gu.data_ptr(), n_gu * NR, dn.data_ptr(),
-              n_h * NR, out.data_ptr(), int(accumulate))
+              n_h * NR, out.data_ptr(), int(accumulate), None if g_save is None else g_save.data_ptr())
     if code == 2:
         raise ValueError(f"an expert index outside [0, {E})")
     if code:
         raise ValueError(f"experts kernel refused sizes N={N} H={H} k={k} E={E} I={I}")
     return out
+
+
+def _check_g(g, rows: int, width: int) -> None:
+    """A saved [gate | up] product must be None or a contiguous float32 (N k, 2I)."""
+    if g is not None and (g.shape != (rows, width) or not g.is_contiguous() or g.dtype != torch.float32):
+        raise ValueError(f"the saved gate / up product must be a contiguous float32 ({rows}, {width})")
 
 
 def grouped_swiglu(hidden: torch.Tensor, idx: torch.Tensor, w: torch.Tensor, gate_up: torch.Tensor,
@@ -116,10 +127,11 @@ def grouped_swiglu(hidden: torch.Tensor, idx: torch.Tensor, w: torch.Tensor, gat
 
 
 def swiglu_backward(x: torch.Tensor, dy: torch.Tensor, idx: torch.Tensor, w: torch.Tensor, gate_up: torch.Tensor,
-                    down: torch.Tensor, packed: tuple | None = None) -> tuple:
+                    down: torch.Tensor, packed: tuple | None = None, g_saved: torch.Tensor | None = None) -> tuple:
     """The gradients of `packed_swiglu`'s output for its gradient dy (N, H) (the equations in kernels/moe_experts.cpp):
     dx (N, H), dw (N, k), d gate_up (E, 2I, H), d down (E, H, I); float32 CPU tensors, H a multiple of NR. packed:
-    `pack(gate_up, down)` where the caller has it."""
+    `pack(gate_up, down)` where the caller has it; g_saved: the forward's [gate | up] product (`packed_swiglu`'s
+    g_save) where the caller kept it, else the kernel multiplies again (the same numbers, bit for bit)."""
     E, I2, H = gate_up.shape
     I, (N, k) = I2 // 2, idx.shape
     fn = _backward_function()
@@ -133,9 +145,10 @@ def swiglu_backward(x: torch.Tensor, dy: torch.Tensor, idx: torch.Tensor, w: tor
     x, dy, idx, w = x.contiguous(), dy.contiguous(), idx.to(torch.int64).contiguous(), w.contiguous()
     dx, dw = torch.empty(N, H), torch.empty(N, k)
     dgu, ddn_t = torch.empty(E, I2, H), torch.empty(E, I, H)
+    _check_g(g_saved, N * k, I2)
     code = fn(x.data_ptr(), dy.data_ptr(), N, H, idx.data_ptr(), w.data_ptr(), k, E, I, gu.data_ptr(), gu.shape[1] * NR,
               down_p.data_ptr(), down_p.shape[1] * NR, rows_p.data_ptr(), dx.data_ptr(), dw.data_ptr(), dgu.data_ptr(),
-              ddn_t.data_ptr())
+              ddn_t.data_ptr(), None if g_saved is None else g_saved.data_ptr())
     if code == 2:
         raise ValueError(f"an expert index outside [0, {E})")
     if code:
@@ -145,20 +158,23 @@ def swiglu_backward(x: torch.Tensor, dy: torch.Tensor, idx: torch.Tensor, w: tor
 
 class SwigluFn(torch.autograd.Function):
     """`packed_swiglu` with its gradients (`swiglu_backward`): hidden (N, H), idx (N, k), w (N, k), gate_up (E, 2I, H),
-    down (E, H, I) -> (N, H)."""
+    down (E, H, I) -> (N, H). The forward keeps its [gate | up] product (N k, 2I) for the backward, which then does
+    not multiply again (a quarter of its arithmetic at the fine MoE's widths)."""
 
     @staticmethod
     def forward(ctx, hidden, idx, w, gate_up, down):
         packed = pack(gate_up.detach(), down.detach())
-        ctx.save_for_backward(hidden, idx, w, gate_up, down)
+        g = torch.empty(idx.numel(), gate_up.shape[1])  # (N k, 2I)
+        out = packed_swiglu(hidden.detach(), idx, w.detach(), packed, g_save=g)
+        ctx.save_for_backward(hidden, idx, w, gate_up, down, g)
         ctx.packed = packed
-        return packed_swiglu(hidden.detach(), idx, w.detach(), packed)
+        return out
 
     @staticmethod
     def backward(ctx, dy):
-        hidden, idx, w, gate_up, down = ctx.saved_tensors
+        hidden, idx, w, gate_up, down, g = ctx.saved_tensors
         dx, dw, dgu, ddn = swiglu_backward(hidden.detach(), dy, idx, w.detach(), gate_up.detach(), down.detach(),
-                                           ctx.packed)
+                                           ctx.packed, g_saved=g)
         return dx, None, dw, dgu, ddn
 
 

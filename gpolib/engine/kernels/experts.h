@@ -70,10 +70,12 @@ bool group_by_expert(const int64_t* idx, int64_t S, int64_t E, std::vector<int64
 // out rows [+]= the routed experts of N tokens grouped by `group_by_expert` (start, order, most): for x's rows (stride
 // ldx), out_n += sum_j down_e(silu(gate_e x_n) * up_e x_n * w_nj), e = idx[n, j], each expert's rows read in place
 // and its output added into the tokens' rows of out (stride ldo) in expert order. gate_up / down packed as
-// gpolib_moe_experts_f32 takes them.
+// gpolib_moe_experts_f32 takes them. g_save: null, or (N k, 2I) written with each (token, slot) pair's [gate_e x_n |
+// up_e x_n] in slot order, for the backward (gpolib_moe_experts_backward_f32's g_saved).
 void experts_add(const float* x, int64_t ldx, int64_t H, const float* w, int64_t k, int64_t E, int64_t I,
                  const float* gate_up, int64_t gu_p, const float* down, int64_t h_p, float* out, int64_t ldo,
-                 const std::vector<int64_t>& start, const std::vector<int64_t>& order, int64_t most) {
+                 const std::vector<int64_t>& start, const std::vector<int64_t>& order, int64_t most,
+                 float* g_save = nullptr) {
     // H a multiple of NR: each expert's output rows are added into the tokens' rows directly; else through y
     const bool direct = H % NR == 0;
     std::vector<float> g(most * gu_p), a(most * I), y(direct ? 0 : most * h_p);
@@ -91,6 +93,9 @@ void experts_add(const float* x, int64_t ldx, int64_t H, const float* w, int64_t
             outr[r] = direct ? out + (order[first + r] / k) * ldo : &y[r * h_p];
         }
         gemm_rows(xr.data(), rows, H, gate_up + e * H * gu_p, gu_p, gr.data(), false);  // (rows, gu_p)
+        if (g_save != nullptr)
+            for (int64_t r = 0; r < rows; ++r)
+                std::memcpy(g_save + order[first + r] * 2 * I, gr[r], sizeof(float) * 2 * I);
         for (int64_t r = 0; r < rows; ++r) {
             const float* g_r = gr[r];
             const float wr = w[order[first + r]];

@@ -16,10 +16,12 @@ extern "C" {
 // x (N, H) contiguous; idx (N, k) int64 in [0, E); w (N, k); gate_up packed per expert: E blocks of (H, gu_p)
 // panels (gate in columns [0, I), up in [I, 2I), zero past 2I; gu_p a multiple of 32 >= 2I); down packed per
 // expert: E blocks of (I, h_p) panels (h_p a multiple of 32 >= H); out (N, H) contiguous, overwritten (accumulate
-// = 0) or added to. Returns 0, 1 on invalid sizes, 2 on an expert index outside [0, E) (nothing written).
+// = 0) or added to; g_save null, or (N k, 2I) written with each (token, slot) pair's [gate_e x | up_e x] in slot
+// order, which the backward then reads instead of multiplying again (its g_saved). Returns 0, 1 on invalid sizes, 2 on
+// an expert index outside [0, E) (nothing written).
 int gpolib_moe_experts_f32(const float* x, int64_t N, int64_t H, const int64_t* idx, const float* w, int64_t k,
                            int64_t E, int64_t I, const float* gate_up, int64_t gu_p, const float* down, int64_t h_p,
-                           float* out, int64_t accumulate) {
+                           float* out, int64_t accumulate, float* g_save) {
     if (N < 0 || H <= 0 || k <= 0 || E <= 0 || I <= 0 || gu_p % NR != 0 || gu_p < 2 * I || h_p % NR != 0 ||
         h_p < H)
         return 1;
@@ -27,7 +29,7 @@ int gpolib_moe_experts_f32(const float* x, int64_t N, int64_t H, const int64_t* 
     int64_t most = 0;
     if (!group_by_expert(idx, N * k, E, start, order, most)) return 2;
     if (accumulate == 0) std::memset(out, 0, sizeof(float) * N * H);
-    experts_add(x, H, H, w, k, E, I, gate_up, gu_p, down, h_p, out, H, start, order, most);
+    experts_add(x, H, H, w, k, E, I, gate_up, gu_p, down, h_p, out, H, start, order, most, g_save);
     return 0;
 }
 
@@ -38,12 +40,14 @@ int gpolib_moe_experts_f32(const float* x, int64_t N, int64_t H, const int64_t* 
 // each expert's rows read in place, its weight gradients as two matmuls over its rows (gemm.h). x, dy (N, H)
 // contiguous, H a multiple of NR; idx, w (N, k); gate_up packed as the forward takes it; down_p: each down_e (H, I)
 // as (H, i_p) panels (i_p a multiple of NR >= I); gate_up_rows: each gate_up_e (2I, H) as (2I, H) panels. Written
-// (overwritten): dx (N, H), dw (N, k), dgate_up (E, 2I, H), ddown_t (E, I, H) = d down_e transposed. Returns 0, 1 on
-// invalid sizes, 2 on an expert index outside [0, E) (nothing written).
+// (overwritten): dx (N, H), dw (N, k), dgate_up (E, 2I, H), ddown_t (E, I, H) = d down_e transposed. g_saved: null,
+// or the forward's [g | u] (N k, 2I) in slot order (gpolib_moe_experts_f32's g_save), read instead of multiplying x
+// by gate_up again: the same numbers, computed by the same product. Returns 0, 1 on invalid sizes, 2 on an expert
+// index outside [0, E) (nothing written).
 int gpolib_moe_experts_backward_f32(const float* x, const float* dy, int64_t N, int64_t H, const int64_t* idx,
                                     const float* w, int64_t k, int64_t E, int64_t I, const float* gate_up,
                                     int64_t gu_p, const float* down_p, int64_t i_p, const float* gate_up_rows,
-                                    float* dx, float* dw, float* dgate_up, float* ddown_t) {
+                                    float* dx, float* dw, float* dgate_up, float* ddown_t, const float* g_saved) {
     if (N < 0 || H <= 0 || H % NR != 0 || k <= 0 || E <= 0 || I <= 0 || gu_p % NR != 0 || gu_p < 2 * I ||
         i_p % NR != 0 || i_p < I)
         return 1;
@@ -76,7 +80,11 @@ int gpolib_moe_experts_backward_f32(const float* x, const float* dy, int64_t N, 
                 std::memcpy(&dyp[j * rows + r * NR], dyr[r] + j, sizeof(float) * NR);
             }
         }
-        gemm_rows(xr.data(), rows, H, gate_up + e * H * gu_p, gu_p, gr.data(), false);  // [g | u] (rows, gu_p)
+        if (g_saved == nullptr)
+            gemm_rows(xr.data(), rows, H, gate_up + e * H * gu_p, gu_p, gr.data(), false);  // [g | u] (rows, gu_p)
+        else
+            for (int64_t r = 0; r < rows; ++r)
+                std::memcpy(gr[r], g_saved + order[first + r] * I2, sizeof(float) * I2);
         gemm_rows(dyr.data(), rows, H, down_p + e * H * i_p, i_p, dar.data(), false);   // da (rows, i_p)
         for (int64_t r = 0; r < rows; ++r) {
             const int64_t slot = order[first + r];
