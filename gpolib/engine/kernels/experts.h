@@ -33,18 +33,44 @@ void micro_rows(const float* const* a, const float* __restrict bp, int64_t k, fl
     }
 }
 
+// `micro_rows` for a panel whose columns past its first W are zero padding: C[i][col, col + W) [+]= A[i] (k) B's
+// first W columns, half the multiplications; C's other W columns of the panel are not written.
+template <int MR>
+void micro_rows_half(const float* const* a, const float* __restrict bp, int64_t k, float* const* c, int64_t col,
+                     bool accumulate) {
+    vec16 c0[MR];
+    for (int i = 0; i < MR; ++i) c0[i] = vec16{};
+    for (int64_t p = 0; p < k; ++p) {
+        const vec16 b0 = load16(bp + p * NR);
+        for (int i = 0; i < MR; ++i) c0[i] += a[i][p] * b0;
+    }
+    for (int i = 0; i < MR; ++i) {
+        float* ci = c[i] + col;
+        if (accumulate) c0[i] += load16(ci);
+        store16(ci, c0[i]);
+    }
+}
+
 using MicroRows = void (*)(const float* const*, const float*, int64_t, float* const*, int64_t, bool);
 constexpr MicroRows MICRO_ROWS[9] = {nullptr, micro_rows<1>, micro_rows<2>, micro_rows<3>, micro_rows<4>,
                                      micro_rows<5>, micro_rows<6>, micro_rows<7>, micro_rows<8>};
+constexpr MicroRows MICRO_ROWS_HALF[9] = {nullptr, micro_rows_half<1>, micro_rows_half<2>, micro_rows_half<3>,
+                                          micro_rows_half<4>, micro_rows_half<5>, micro_rows_half<6>,
+                                          micro_rows_half<7>, micro_rows_half<8>};
 
-// C[i][0, n_p) [+]= A[i] (k) B for m rows given by pointers, B packed as gemm.h's `gemm` takes it.
+// C[i][0, n_p) [+]= A[i] (k) B for m rows given by pointers, B packed as gemm.h's `gemm` takes it. n: B's columns
+// before its zero padding (default n_p, all); a last panel with at most W of them is multiplied by its first W alone,
+// and C's columns from there to n_p are then not written.
 void gemm_rows(const float* const* a, int64_t m, int64_t k, const float* bp, int64_t n_p, float* const* c,
-               bool accumulate) {
-    for (int64_t j = 0; j < n_p; j += NR)
+               bool accumulate, int64_t n = -1) {
+    n = n < 0 ? n_p : n;
+    for (int64_t j = 0; j < n_p; j += NR) {
+        const MicroRows* micro = n - j <= W ? MICRO_ROWS_HALF : MICRO_ROWS;
         for (int64_t i = 0; i < m; i += MR_MAX) {
             const int64_t rows = m - i < MR_MAX ? m - i : MR_MAX;
-            MICRO_ROWS[rows](a + i, bp + j * k, k, c + i, j, accumulate);
+            micro[rows](a + i, bp + j * k, k, c + i, j, accumulate);
         }
+    }
 }
 
 // The S = N k (token, slot) pairs grouped by expert in slot order (a stable counting sort): expert e's slots are

@@ -85,7 +85,7 @@ int gpolib_moe_experts_backward_f32(const float* x, const float* dy, int64_t N, 
         else
             for (int64_t r = 0; r < rows; ++r)
                 std::memcpy(gr[r], g_saved + order[first + r] * I2, sizeof(float) * I2);
-        gemm_rows(dyr.data(), rows, H, down_p + e * H * i_p, i_p, dar.data(), false);   // da (rows, i_p)
+        gemm_rows(dyr.data(), rows, H, down_p + e * H * i_p, i_p, dar.data(), false, I);  // da (rows, I of i_p)
         for (int64_t r = 0; r < rows; ++r) {
             const int64_t slot = order[first + r];
             const float wr = w[slot];
