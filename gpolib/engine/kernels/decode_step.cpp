@@ -102,16 +102,23 @@ void route(const float* logits, int64_t E, int64_t K, bool norm_topk, float* p, 
         sum += p[e];
     }
     for (int64_t e = 0; e < E; ++e) p[e] = static_cast<float>(p[e] / sum);
-    float chosen = 0.0f;
-    for (int64_t j = 0; j < K; ++j) {
-        int64_t best = -1;
-        for (int64_t e = 0; e < E; ++e)
-            if (p[e] != -INFINITY && (best < 0 || p[e] > p[best])) best = e;  // an untaken expert always exists
-        idx[j] = best;
-        w[j] = p[best];
-        chosen += p[best];
-        p[best] = -INFINITY;  // taken
+    // the K best kept in descending order by insertion, one pass: a p_e that does not beat the K-th is one comparison
+    // (K passes over E took ~40% of this file's own time on the fine MoE); strictly larger moves ahead, so equal
+    // values keep the lower e first
+    int64_t filled = 0;
+    for (int64_t e = 0; e < E; ++e) {
+        const float v = p[e];
+        if (filled == K && !(v > w[K - 1])) continue;
+        int64_t j = filled < K ? filled++ : K - 1;
+        for (; j > 0 && v > w[j - 1]; --j) {
+            w[j] = w[j - 1];
+            idx[j] = idx[j - 1];
+        }
+        w[j] = v;
+        idx[j] = e;
     }
+    float chosen = 0.0f;
+    for (int64_t j = 0; j < K; ++j) chosen += w[j];  // in descending order, as the passes summed them
     if (norm_topk)
         for (int64_t j = 0; j < K; ++j) w[j] /= chosen;
 }
