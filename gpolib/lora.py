@@ -114,17 +114,19 @@ def _outer_expert_wrappers(model) -> list:
     return [m for m in wrappers if id(m) not in inner]
 
 
-def folded(m) -> torch.Tensor:
+def folded(m, contiguous: bool = True) -> torch.Tensor:
     """The stacked experts parameter of a `_foldable` wrapper with its LoRA, W' = W + s * lhs @ rhs (E, out, in), as
-    peft's `_LoraFactorsProxy` computes it, by one `baddbmm` over contiguous factors. peft's factors are strided views
-    of lora_A / lora_B (rhs's rows are E apart), which torch's CPU `baddbmm` multiplies one expert at a time, a copy
-    and a matmul call each; contiguous, the batch goes to one batched matmul. The same products and sums, equal to
-    peft's W' within float rounding (bit for bit on the CPUs measured; tests/test_lora.py), its gradient flowing to
-    lora_A and lora_B through the copies."""
+    peft's `_LoraFactorsProxy` computes it, by one `baddbmm`. peft's factors are strided views of lora_A / lora_B
+    (rhs's rows are E apart), which torch's CPU `baddbmm` multiplies one expert at a time, a copy and a matmul call
+    each; `contiguous` (the default) copies them first, so the batch goes to one batched matmul: the same products and
+    sums, equal to peft's W' within float rounding (bit for bit on the CPUs measured; tests/test_lora.py), its
+    gradient flowing to lora_A and lora_B through the copies. contiguous=False: peft's own call, bit for bit."""
     lhs, rhs, s = m.get_delta_factors(m.active_adapters[0])
+    if contiguous:
+        lhs, rhs = lhs.contiguous(), rhs.contiguous()
     w = m.get_param()
     with torch.autocast(device_type=w.device.type, enabled=False):
-        return torch.baddbmm(w, lhs.contiguous(), rhs.contiguous(), alpha=s)
+        return torch.baddbmm(w, lhs, rhs, alpha=s)
 
 
 def lean_experts_forward(wrapper, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
@@ -151,21 +153,19 @@ def folded_experts(model):
 
     peft's `ParamWrapper` recomputes W' = baddbmm(W, lhs, rhs, alpha=s) (E, out, in) on each call (and
     `lean_experts_forward` once per call); a pass over a rollout in chunks of 16 rows calls it once per chunk and
-    layer. Here W' is computed by peft's call once, put in W's place, and the wrappers marked merged so that peft reads it as it is;
-    on exit the original tensors come back (no subtraction: exact). Same W' bit for bit, so the same pass
-    (tests/test_lora.py). Inside the block the experts' LoRA gets no gradient: use it under no_grad /
-    inference_mode only; wrappers that are not `_foldable` (disabled adapters: the reference policy) are left alone."""
+    layer. Here W' is computed by peft's call once (`folded(contiguous=False)`), put in W's place, and the wrappers
+    marked merged so that peft reads it as it is; on exit the original tensors come back (no subtraction: exact).
+    Same W' bit for bit, so the same pass (tests/test_lora.py). Inside the block the experts' LoRA gets no gradient:
+    use it under no_grad / inference_mode only; wrappers that are not `_foldable` (disabled adapters: the reference
+    policy) are left alone."""
     layers = [m for m in _expert_wrappers(model) if _foldable(m)]
     saved = []
     try:
         with torch.no_grad():
             for m in layers:
-                lhs, rhs, s = m.get_delta_factors(m.active_adapters[0])
                 w = m.get_param()
-                with torch.autocast(device_type=w.device.type, enabled=False):
-                    w_folded = torch.baddbmm(w, lhs, rhs, alpha=s)  # (E, out, in), as peft's `_LoraFactorsProxy`
                 saved.append((m, w, w.data))
-                w.data = w_folded
+                w.data = folded(m, contiguous=False)  # (E, out, in), by peft's `_LoraFactorsProxy` call
                 m.merged_adapters = list(m.active_adapters)  # peft's forward then calls the base layer as it is
         yield
     finally:

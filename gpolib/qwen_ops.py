@@ -18,13 +18,13 @@ map commutes with the scalar) and one `index_add` sums the slots into their toke
 
 Qwen3-MoE's router: inside a `fused()` block given a `top_k` function (`gpolib.engine.topk_kernel`), its top-k
 indices come from that function and its values from `gather` (topk's values and gradient); the logits, softmax and
-normalisation as transformers' own, so the same outputs and gradients bit for bit (tests/test_qwen_ops.py).
+normalisation as transformers' own, so the same outputs and gradients bit for bit (tests/test_topk_kernel.py).
 
 They act only where asked: `install()` (idempotent, done by the first `fused()` block) wraps Qwen3's and Qwen3-MoE's
-`RMSNorm.forward`, `apply_rotary_pos_emb`, `Qwen3MoeExperts.forward` and `Qwen3MoeTopKRouter.forward` once; the wrappers take the written-out path
-inside a `fused()` block on the calling thread, for float32 tensors (RoPE: also float64) without autocast, and
-transformers' own code otherwise (a TRL model in the side-by-side benchmark, bf16 engines, the pre-training, anything
-outside the trainer's passes).
+`RMSNorm.forward`, `apply_rotary_pos_emb`, `Qwen3MoeExperts.forward` and `Qwen3MoeTopKRouter.forward` once; the
+wrappers take the written-out path inside a `fused()` block on the calling thread, for float32 tensors (RoPE: also
+float64) without autocast, and transformers' own code otherwise (a TRL model in the side-by-side benchmark, bf16
+engines, the pre-training, anything outside the trainer's passes).
 """
 from __future__ import annotations
 
@@ -211,7 +211,7 @@ def _wrap_router(cls) -> None:
             return own(self, hidden_states)
         logits = torch.nn.functional.linear(hidden_states.reshape(-1, self.hidden_dim), self.weight)  # (N, E)
         probs = torch.nn.functional.softmax(logits, dtype=torch.float, dim=-1)  # (N, E)
-        index = fn(probs.detach(), self.top_k)  # (N, k), as torch.topk's
+        index = fn(probs, self.top_k)  # (N, k), as torch.topk's (the function follows no gradient)
         if index is None:
             return own(self, hidden_states)
         values = probs.gather(1, index)  # (N, k): topk's values; the gradient of gather is topk's

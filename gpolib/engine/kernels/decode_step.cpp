@@ -20,6 +20,7 @@
 // own thread with its own scratch, no synchronisation between them (the calling thread takes the first part).
 #include "attention.h"
 #include "experts.h"
+#include "topk.h"
 
 namespace {
 
@@ -102,21 +103,9 @@ void route(const float* logits, int64_t E, int64_t K, bool norm_topk, float* p, 
         sum += p[e];
     }
     for (int64_t e = 0; e < E; ++e) p[e] = static_cast<float>(p[e] / sum);
-    // the K best kept in descending order by insertion, one pass: a p_e that does not beat the K-th is one comparison
-    // (K passes over E took ~40% of this file's own time on the fine MoE); strictly larger moves ahead, so equal
-    // values keep the lower e first
-    int64_t filled = 0;
-    for (int64_t e = 0; e < E; ++e) {
-        const float v = p[e];
-        if (filled == K && !(v > w[K - 1])) continue;
-        int64_t j = filled < K ? filled++ : K - 1;
-        for (; j > 0 && v > w[j - 1]; --j) {
-            w[j] = w[j - 1];
-            idx[j] = idx[j - 1];
-        }
-        w[j] = v;
-        idx[j] = e;
-    }
+    // the K best in descending order in one pass (topk.h; K passes over E took ~40% of this file's own time on the
+    // fine MoE), equal values with the lower e first
+    top_k_insert(p, E, K, w, idx);
     float chosen = 0.0f;
     for (int64_t j = 0; j < K; ++j) chosen += w[j];  // in descending order, as the passes summed them
     if (norm_topk)
