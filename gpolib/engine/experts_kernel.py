@@ -41,7 +41,7 @@ def _backward_function():
     """gpolib_moe_experts_backward_f32 of the built library, or None."""
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     return native.function("gpolib_moe_experts_backward_f32", [ptr, ptr, i64, i64, ptr, ptr, i64, i64, i64, ptr, i64,
-                                                              ptr, i64, ptr, ptr, ptr, ptr, ptr, ptr])
+                                                              ptr, ptr, ptr, ptr, ptr, ptr, ptr])
 
 
 def available() -> bool:
@@ -141,14 +141,14 @@ def swiglu_backward(x: torch.Tensor, dy: torch.Tensor, idx: torch.Tensor, w: tor
         raise ValueError(f"x {tuple(x.shape)}, dy {tuple(dy.shape)}, idx {tuple(idx.shape)}, w {tuple(w.shape)}, "
                          f"experts {tuple(gate_up.shape)}, {tuple(down.shape)} do not match (H a multiple of {NR})")
     gu = (packed or pack(gate_up, down))[0]
-    down_p, rows_p = panels(down), panels(gate_up)  # down_e (H, I) and gate_up_e (2I, H) as right factors
+    gate_up, down = gate_up.float().contiguous(), down.float().contiguous()  # read as they lie (no panels)
     x, dy, idx, w = x.contiguous(), dy.contiguous(), idx.to(torch.int64).contiguous(), w.contiguous()
     dx, dw = torch.empty(N, H), torch.empty(N, k)
     dgu, ddn_t = torch.empty(E, I2, H), torch.empty(E, I, H)
     _check_g(g_saved, N * k, I2)
     code = fn(x.data_ptr(), dy.data_ptr(), N, H, idx.data_ptr(), w.data_ptr(), k, E, I, gu.data_ptr(), gu.shape[1] * NR,
-              down_p.data_ptr(), down_p.shape[1] * NR, rows_p.data_ptr(), dx.data_ptr(), dw.data_ptr(), dgu.data_ptr(),
-              ddn_t.data_ptr(), None if g_saved is None else g_saved.data_ptr())
+              gate_up.data_ptr(), down.data_ptr(), dx.data_ptr(), dw.data_ptr(), dgu.data_ptr(), ddn_t.data_ptr(),
+              None if g_saved is None else g_saved.data_ptr())
     if code == 2:
         raise ValueError(f"an expert index outside [0, {E})")
     if code:

@@ -38,28 +38,26 @@ int gpolib_moe_experts_f32(const float* x, int64_t N, int64_t H, const int64_t* 
 //     da = down_e^T dy,  dw = <da, p>,  dp = w da,  du = dp silu(g),  dg = dp u s (1 + g (1 - s)),
 //     dx += gate_e^T dg + up_e^T du,  dgate_up_e += [dg | du] x^T,  ddown_e += dy a^T,
 // each expert's rows read in place, its weight gradients as two matmuls over its rows (gemm.h). x, dy (N, H)
-// contiguous, H a multiple of NR; idx, w (N, k); gate_up packed as the forward takes it; down_p: each down_e (H, I)
-// as (H, i_p) panels (i_p a multiple of NR >= I); gate_up_rows: each gate_up_e (2I, H) as (2I, H) panels. Written
+// contiguous, H a multiple of NR; idx, w (N, k); gate_up packed as the forward takes it; gate_up_t (E, 2I, H) and
+// down_t (E, H, I) contiguous, the experts as transformers lays them out, read where they lie (down_e's columns packed
+// into panels first unless I is a multiple of W). Written
 // (overwritten): dx (N, H), dw (N, k), dgate_up (E, 2I, H), ddown_t (E, I, H) = d down_e transposed. g_saved: null,
 // or the forward's [g | u] (N k, 2I) in slot order (gpolib_moe_experts_f32's g_save), read instead of multiplying x
 // by gate_up again: the same numbers, computed by the same product. Returns 0, 1 on invalid sizes, 2 on an expert
 // index outside [0, E) (nothing written).
 int gpolib_moe_experts_backward_f32(const float* x, const float* dy, int64_t N, int64_t H, const int64_t* idx,
                                     const float* w, int64_t k, int64_t E, int64_t I, const float* gate_up,
-                                    int64_t gu_p, const float* down_p, int64_t i_p, const float* gate_up_rows,
-                                    float* dx, float* dw, float* dgate_up, float* ddown_t, const float* g_saved) {
-    if (N < 0 || H <= 0 || H % NR != 0 || k <= 0 || E <= 0 || I <= 0 || gu_p % NR != 0 || gu_p < 2 * I ||
-        i_p % NR != 0 || i_p < I)
-        return 1;
+                                    int64_t gu_p, const float* gate_up_t, const float* down_t, float* dx, float* dw,
+                                    float* dgate_up, float* ddown_t, const float* g_saved) {
+    if (N < 0 || H <= 0 || H % NR != 0 || k <= 0 || E <= 0 || I <= 0 || gu_p % NR != 0 || gu_p < 2 * I) return 1;
+    const int64_t i_p = (I + NR - 1) / NR * NR;
+    const bool down_as_is = I % W == 0;  // every panel of down_e's rows lies within them, whole or its first W
     std::vector<int64_t> start, order;
     int64_t most = 0;
     if (!group_by_expert(idx, N * k, E, start, order, most)) return 2;
     std::memset(dx, 0, sizeof(float) * N * H);
-    std::memset(dgate_up, 0, sizeof(float) * E * 2 * I * H);
-    std::memset(ddown_t, 0, sizeof(float) * E * I * H);
     const int64_t I2 = 2 * I;
-    std::vector<float> g(most * gu_p), da(most * i_p), dgu(most * I2), dgu_t(I2 * most), a_t(I * most),
-        xp(most * H), dyp(most * H);
+    std::vector<float> g(most * gu_p), da(most * i_p), dgu(most * I2), a(most * I), down_p(down_as_is ? 0 : H * i_p);
     std::vector<const float*> xr(most), dyr(most), dgur(most);
     std::vector<float*> gr(most), dar(most), dxr(most);
     for (int64_t r = 0; r < most; ++r) {
@@ -69,23 +67,31 @@ int gpolib_moe_experts_backward_f32(const float* x, const float* dy, int64_t N, 
     }
     for (int64_t e = 0; e < E; ++e) {
         const int64_t first = start[e], rows = start[e + 1] - first;
-        if (rows == 0) continue;
-        for (int64_t r = 0; r < rows; ++r) {  // the expert's tokens, read in place, and packed as panels of NR
+        if (rows == 0) {  // no token: zero weight gradients (the others are written whole below)
+            std::memset(dgate_up + e * I2 * H, 0, sizeof(float) * I2 * H);
+            std::memset(ddown_t + e * I * H, 0, sizeof(float) * I * H);
+            continue;
+        }
+        for (int64_t r = 0; r < rows; ++r) {  // the expert's tokens, read in place
             const int64_t t = order[first + r] / k;
             xr[r] = x + t * H;
             dyr[r] = dy + t * H;
             dxr[r] = dx + t * H;
-            for (int64_t j = 0; j < H; j += NR) {
-                std::memcpy(&xp[j * rows + r * NR], xr[r] + j, sizeof(float) * NR);
-                std::memcpy(&dyp[j * rows + r * NR], dyr[r] + j, sizeof(float) * NR);
-            }
         }
         if (g_saved == nullptr)
             gemm_rows(xr.data(), rows, H, gate_up + e * H * gu_p, gu_p, gr.data(), false);  // [g | u] (rows, gu_p)
         else
             for (int64_t r = 0; r < rows; ++r)
                 std::memcpy(gr[r], g_saved + order[first + r] * I2, sizeof(float) * I2);
-        gemm_rows(dyr.data(), rows, H, down_p + e * H * i_p, i_p, dar.data(), false, I);  // da (rows, I of i_p)
+        const float* down_e = down_t + e * H * I;  // (H, I)
+        if (down_as_is) {
+            gemm_rows_of(dyr.data(), rows, H, Strided{down_e, I}, i_p, dar.data(), false, I);  // da (rows, I of i_p)
+        } else {
+            for (int64_t h = 0; h < H; ++h)  // panels of NR columns, zero past I
+                for (int64_t c = 0; c < i_p; ++c)
+                    down_p[(c / NR) * H * NR + h * NR + c % NR] = c < I ? down_e[h * I + c] : 0.0f;
+            gemm_rows(dyr.data(), rows, H, down_p.data(), i_p, dar.data(), false, I);
+        }
         for (int64_t r = 0; r < rows; ++r) {
             const int64_t slot = order[first + r];
             const float wr = w[slot];
@@ -99,15 +105,14 @@ int gpolib_moe_experts_backward_f32(const float* x, const float* dy, int64_t N, 
                 dot += d * p;
                 dgu[r * I2 + c] = dg;
                 dgu[r * I2 + I + c] = du;
-                dgu_t[c * rows + r] = dg;
-                dgu_t[(I + c) * rows + r] = du;
-                a_t[c * rows + r] = p * wr;
+                a[r * I + c] = p * wr;
             }
             dw[slot] = dot;
         }
-        gemm_rows(dgur.data(), rows, I2, gate_up_rows + e * I2 * H, H, dxr.data(), true);  // dx rows += (rows, H)
-        gemm(dgu_t.data(), rows, I2, rows, xp.data(), H, dgate_up + e * I2 * H, H, false);   // (2I, H)
-        gemm(a_t.data(), rows, I, rows, dyp.data(), H, ddown_t + e * I * H, H, false);       // (I, H)
+        gemm_rows_of(dgur.data(), rows, I2, Strided{gate_up_t + e * I2 * H, H}, H, dxr.data(), true);  // dx += (rows, H)
+        // dgate_up_e = [dg | du]^T x (2I, H) and ddown_e^T = a^T dy (I, H): A transposed, B the rows in place
+        gemm_of<Rows, true>(dgu.data(), I2, I2, rows, Rows{xr.data()}, H, dgate_up + e * I2 * H, H, false);
+        gemm_of<Rows, true>(a.data(), I, I, rows, Rows{dyr.data()}, H, ddown_t + e * I * H, H, false);
     }
     return 0;
 }
