@@ -106,7 +106,8 @@ def _grads(fn, ts: list, idx, dy) -> list:
     return [y.detach()] + [t.grad for t in ts]
 
 
-@pytest.mark.parametrize("N,H,E,I,k", [(300, 128, 64, 16, 8), (37, 64, 8, 100, 2), (5, 32, 4, 8, 4)])
+@pytest.mark.parametrize("N,H,E,I,k", [(300, 128, 64, 16, 8), (37, 64, 8, 100, 2), (5, 32, 4, 8, 4),
+                                       (40, 64, 4, 48, 2)])  # I = 16, 48: down read as it lies; 100, 8: packed
 def test_backward_kernel_is_the_equations_gradient_to_float32_rounding(N, H, E, I, k):
     """`trained_swiglu` (forward and backward kernels) against autograd of the equation in float64: the output and
     the gradients of the tokens, the routing weights and both stacked weights are within twice the float32 error of
