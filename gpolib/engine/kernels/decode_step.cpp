@@ -105,7 +105,7 @@ void route(const float* logits, int64_t E, int64_t K, bool norm_topk, float* p, 
     for (int64_t e = 0; e < E; ++e) p[e] = static_cast<float>(p[e] / sum);
     // the K best in descending order in one pass (topk.h; K passes over E took ~40% of this file's own time on the
     // fine MoE), equal values with the lower e first
-    top_k_insert(p, E, K, w, idx);
+    top_k(p, E, K, w, idx);
     float chosen = 0.0f;
     for (int64_t j = 0; j < K; ++j) chosen += w[j];  // in descending order, as the passes summed them
     if (norm_topk)

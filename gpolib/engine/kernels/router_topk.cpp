@@ -16,7 +16,7 @@ int gpolib_router_topk_f32(const float* p, int64_t N, int64_t E, int64_t K, int6
     if (N < 0 || E <= 0 || K <= 0 || K > E) return 1;
     std::vector<float> best(K);
     for (int64_t n = 0; n < N; ++n)
-        if (top_k_insert(p + n * E, E, K, best.data(), idx + n * K)) return 3;
+        if (top_k(p + n * E, E, K, best.data(), idx + n * K)) return 3;
     return 0;
 }
 

@@ -2,7 +2,11 @@
 // decode_step.cpp (the router inside a decode step). Each includes it once; everything here is internal to the
 // including file.
 #pragma once
+#include <cmath>
 #include <cstdint>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 namespace {
 
@@ -25,6 +29,52 @@ bool top_k_insert(const float* p, int64_t E, int64_t K, float* best, int64_t* id
         idx[j] = e;
     }
     return nan;
+}
+
+#if defined(__AVX512F__)
+// `top_k_insert`'s K best by K rounds of a vector maximum over the values not yet taken (E <= 256: up to 16 vectors
+// of 16 in registers), each round taking the lowest index holding that maximum: the same indices in the same order
+// (equal values, -0 and +0 included, lower index first; -inf taken like any value), without the insertion's
+// unpredictable branch per value. NaN: `top_k_insert` (its flag and its choice).
+bool top_k_vector(const float* p, int64_t E, int64_t K, float* best, int64_t* idx) {
+    const int nv = static_cast<int>((E + 15) / 16);
+    __m512 v[16];
+    __mmask16 live[16];
+    __mmask16 nan = 0;
+    for (int c = 0; c < nv; ++c) {
+        const int64_t n = E - 16 * c < 16 ? E - 16 * c : 16;
+        live[c] = static_cast<__mmask16>((1u << n) - 1u);
+        v[c] = _mm512_maskz_loadu_ps(live[c], p + 16 * c);  // no read past E
+        nan |= _mm512_mask_cmp_ps_mask(live[c], v[c], v[c], _CMP_UNORD_Q);
+    }
+    if (nan) return top_k_insert(p, E, K, best, idx);
+    const __m512 lowest = _mm512_set1_ps(-INFINITY);
+    for (int64_t j = 0; j < K; ++j) {
+        __m512 mx = lowest;
+        for (int c = 0; c < nv; ++c) mx = _mm512_max_ps(mx, _mm512_mask_blend_ps(live[c], lowest, v[c]));
+        const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+        for (int c = 0; c < nv; ++c) {
+            const __mmask16 at = _mm512_mask_cmp_ps_mask(live[c], v[c], m, _CMP_EQ_OQ);
+            if (at) {
+                const int lane = __builtin_ctz(at);
+                idx[j] = 16 * c + lane;
+                best[j] = p[16 * c + lane];
+                live[c] = static_cast<__mmask16>(live[c] & ~(1u << lane));
+                break;
+            }
+        }
+    }
+    return false;
+}
+#endif
+
+// The K best of p (E) in descending order as `top_k_insert` gives them (its return value too): `top_k_vector` where
+// the CPU has AVX-512 and E <= 256, else `top_k_insert`.
+bool top_k(const float* p, int64_t E, int64_t K, float* best, int64_t* idx) {
+#if defined(__AVX512F__)
+    if (E <= 256) return top_k_vector(p, E, K, best, idx);
+#endif
+    return top_k_insert(p, E, K, best, idx);
 }
 
 }  // namespace
