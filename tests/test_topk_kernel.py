@@ -35,11 +35,11 @@ def test_hand_built_rows_with_ties_and_infinities():
     assert T.top_k_indices(p, 3).tolist() == [[1, 3, 4], [0, 1, 2], [3, 1, 4], [0, 1, 2]]
 
 
-@pytest.mark.parametrize("E,k", [(8, 2), (16, 16), (17, 3), (64, 8), (100, 9), (256, 8), (300, 8)])
+@pytest.mark.parametrize("E,k", [(8, 2), (16, 16), (17, 3), (50, 50), (64, 8), (65, 8), (100, 9)])
 def test_ties_zeros_and_infinities_in_the_order_of_a_stable_sort(E, k):
     """Rows drawn from a few values (ties everywhere, -0 and +0, both infinities): the first k of a stable descending
-    sort, equal values in the order of their index. E up to 256 takes the vector path on an AVX-512 CPU, 300 the
-    insertion (kernels/topk.h); both must give this order."""
+    sort, equal values in the order of their index. E up to 64 takes the vector path on an AVX-512 CPU, 65 and 100
+    the insertion (kernels/topk.h); both must give this order."""
     g = torch.Generator().manual_seed(E * 10 + k)
     values = torch.tensor([-float("inf"), -1.0, -0.0, 0.0, 0.25, 0.5, 1.0, float("inf")])
     p = values[torch.randint(0, len(values), (500, E), generator=g)]  # (500, E)

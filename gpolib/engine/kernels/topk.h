@@ -32,14 +32,14 @@ bool top_k_insert(const float* p, int64_t E, int64_t K, float* best, int64_t* id
 }
 
 #if defined(__AVX512F__)
-// `top_k_insert`'s K best by K rounds of a vector maximum over the values not yet taken (E <= 256: up to 16 vectors
-// of 16 in registers), each round taking the lowest index holding that maximum: the same indices in the same order
-// (equal values, -0 and +0 included, lower index first; -inf taken like any value), without the insertion's
-// unpredictable branch per value. NaN: `top_k_insert` (its flag and its choice).
+// `top_k_insert`'s K best by K rounds of a vector maximum over the values not yet taken (E <= 64: up to 4 vectors of
+// 16 in registers), each round taking the lowest index holding that maximum (the first set bit of one 64-bit mask):
+// the same indices in the same order (equal values, -0 and +0 included, lower index first; -inf taken like any
+// value), without the insertion's unpredictable branch per value. NaN: `top_k_insert` (its flag and its choice).
 bool top_k_vector(const float* p, int64_t E, int64_t K, float* best, int64_t* idx) {
     const int nv = static_cast<int>((E + 15) / 16);
-    __m512 v[16];
-    __mmask16 live[16];
+    __m512 v[4];
+    __mmask16 live[4];
     __mmask16 nan = 0;
     for (int c = 0; c < nv; ++c) {
         const int64_t n = E - 16 * c < 16 ? E - 16 * c : 16;
@@ -50,29 +50,26 @@ bool top_k_vector(const float* p, int64_t E, int64_t K, float* best, int64_t* id
     if (nan) return top_k_insert(p, E, K, best, idx);
     const __m512 lowest = _mm512_set1_ps(-INFINITY);
     for (int64_t j = 0; j < K; ++j) {
-        __m512 mx = lowest;
-        for (int c = 0; c < nv; ++c) mx = _mm512_max_ps(mx, _mm512_mask_blend_ps(live[c], lowest, v[c]));
+        __m512 mx = _mm512_mask_mov_ps(lowest, live[0], v[0]);
+        for (int c = 1; c < nv; ++c) mx = _mm512_mask_max_ps(mx, live[c], mx, v[c]);
         const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
-        for (int c = 0; c < nv; ++c) {
-            const __mmask16 at = _mm512_mask_cmp_ps_mask(live[c], v[c], m, _CMP_EQ_OQ);
-            if (at) {
-                const int lane = __builtin_ctz(at);
-                idx[j] = 16 * c + lane;
-                best[j] = p[16 * c + lane];
-                live[c] = static_cast<__mmask16>(live[c] & ~(1u << lane));
-                break;
-            }
-        }
+        uint64_t at = 0;  // the live values equal to the maximum, bit e for value e
+        for (int c = 0; c < nv; ++c)
+            at |= static_cast<uint64_t>(_mm512_mask_cmp_ps_mask(live[c], v[c], m, _CMP_EQ_OQ)) << (16 * c);
+        const int e = __builtin_ctzll(at);
+        idx[j] = e;
+        best[j] = p[e];
+        live[e / 16] = static_cast<__mmask16>(live[e / 16] & ~(1u << (e % 16)));
     }
     return false;
 }
 #endif
 
 // The K best of p (E) in descending order as `top_k_insert` gives them (its return value too): `top_k_vector` where
-// the CPU has AVX-512 and E <= 256, else `top_k_insert`.
+// the CPU has AVX-512 and E <= 64, else `top_k_insert`.
 bool top_k(const float* p, int64_t E, int64_t K, float* best, int64_t* idx) {
 #if defined(__AVX512F__)
-    if (E <= 256) return top_k_vector(p, E, K, best, idx);
+    if (E <= 64) return top_k_vector(p, E, K, best, idx);
 #endif
     return top_k_insert(p, E, K, best, idx);
 }
