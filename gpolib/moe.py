@@ -133,10 +133,21 @@ def expert_change(before, after, mask: torch.Tensor) -> tuple[torch.Tensor, torc
     if before.shape != after.shape or before.shape[1:-1] != mask.shape:
         raise ValueError(f"routing records {tuple(before.shape)} and {tuple(after.shape)} must both be (L, *S, k) "
                          f"with S = the mask's shape {tuple(mask.shape)}")
-    new = ~(after.unsqueeze(-1) == before.unsqueeze(-2)).any(dim=-1)  # (L, *S, k): slot of after not in before
+    new = _not_in(after, before)  # (L, *S, k): slot of after not in before
     m = mask.to(new.device).bool().unsqueeze(-1).expand_as(new[0])  # (*S, k)
     per_layer = (new & m).flatten(1).sum(dim=1).float() / m.sum().clamp(min=1)  # (L,)
     return per_layer.mean(), per_layer
+
+
+def _not_in(after: torch.Tensor, before: torch.Tensor) -> torch.Tensor:
+    """(..., k) bool: after[..., j] is none of before[..., :] (k ids each). Ids in [0, 64): each set as the bits of
+    one int64, a slot's bit read by a shift (3 passes over (..., k)); else by comparing every pair (..., k, k)."""
+    ids = torch.stack([after.min(), after.max(), before.min(), before.max()]) if after.numel() else None
+    if ids is None or bool((ids < 0).any()) or bool((ids > 63).any()):
+        return ~(after.unsqueeze(-1) == before.unsqueeze(-2)).any(dim=-1)
+    one = torch.ones((), dtype=torch.int64, device=before.device)
+    members = (one << before.long()).sum(dim=-1, keepdim=True)  # (..., 1): distinct ids, so the sum is their OR
+    return ((members >> after.long()) & 1) == 0
 
 
 def _stacked(records) -> torch.Tensor:
@@ -177,7 +188,8 @@ def pass_routes(store: list, ro, rows: torch.Tensor, chunk_rows: int, n_layers: 
     sub = torch.cat(order)  # (b,): indices into `rows` in chunk order
     row_of = torch.repeat_interleave(sub, keep.sum(dim=1)[sub])  # (N,): each real position's index into `rows`
     index = torch.argsort(row_of, stable=True)  # (N,): chunk order -> the order of `rows`
-    return [e[real.to(e.device)][index.to(e.device)] for e in layers]
+    pos = real.nonzero().squeeze(1)[index]  # (N,): each kept record's place in the chunks' records
+    return [e[pos.to(e.device)] for e in layers]
 
 
 class ExpertChange:

@@ -520,3 +520,18 @@ def test_routing_pass_in_length_sorted_chunks_matches_each_row_alone_position_fo
         for a, b in zip(ref, got):
             assert torch.equal(a, b)
         assert (lp - lp_ref).abs().max() < 1e-10
+
+
+@pytest.mark.parametrize("high", [64, 200])
+def test_expert_change_by_bit_sets_equals_the_pairwise_comparison(high):
+    """Ids below 64 go through one int64 bit set per token (bit 63 included); others through every pair: both give
+    the comparison's answer, slot by slot, on sets that share none, some or all of their ids."""
+    g = torch.Generator().manual_seed(high)
+    before = torch.rand(3, 400, high, generator=g).topk(8, dim=-1).indices  # (L, N, k) distinct ids per token
+    after = torch.rand(3, 400, high, generator=g).topk(8, dim=-1).indices
+    before[0, 0, 0], after[0, 100, 0] = high - 1, high - 1  # the highest id, in a shared set and a new one
+    after[:, :50] = before[:, :50].flip(-1)  # the same sets
+    after[:, 50:100, :3] = before[:, 50:100, 5:]  # three shared
+    want = ~(after.unsqueeze(-1) == before.unsqueeze(-2)).any(dim=-1)
+    assert torch.equal(moe._not_in(after, before), want)
+    assert want[:, :50].sum() == 0 and want[:, 50:100, :3].sum() == 0 and want[:, 50:100, 3:].sum() > 0
