@@ -203,6 +203,35 @@ def test_the_matmul_without_avx512_is_the_same_product():
 
 
 
+def _exp_check(lib, lo: float, hi: float, stride: int) -> list:
+    import ctypes
+
+    fn = native.function("gpolib_exp_check", [ctypes.c_float, ctypes.c_float, ctypes.c_int64, ctypes.c_void_p], lib=lib)
+    counts = torch.zeros(3, dtype=torch.int64)
+    assert fn(lo, hi, stride, counts.data_ptr()) == 0
+    return counts.tolist()
+
+
+@pytest.mark.parametrize("march", ["native", "haswell"])
+def test_router_softmax_exp_is_std_exp_rounded_to_float(march):
+    """The MoE router's exp in the decode step (kernels/exp_float.h: 8 at a time in double, Ziv's test deciding the
+    few near a float rounding boundary by std::exp) gives static_cast<float>(std::exp(double(x))) bit for bit: every
+    61st float in [-110, 0] (18 million), every 4099th below -110 and -inf itself, -0 and +0 (benchmarks/exp_check.py
+    sweeps all 1.1 billion; none differ). The AVX2 build (-march=haswell) too, on a CPU that runs it."""
+    import ctypes
+
+    if march == "haswell" and "avx2" not in native._cpu_flags().split():
+        assert native.build(march=march).exists()  # this CPU cannot run AVX2 code: the build is the check
+        return
+    lib = native.library() if march == "native" else ctypes.CDLL(str(native.build(march=march)))
+    checked, differ, _ = _exp_check(lib, -110.0, 0.0, 61)
+    assert checked > 18_000_000 and differ == 0
+    for lo, hi, stride, least in ((-float("inf"), -110.0, 4099, 200_000), (-float("inf"), -float("inf"), 1, 1),
+                                  (-0.0, 0.0, 1, 1)):
+        checked, differ, _ = _exp_check(lib, lo, hi, stride)
+        assert checked >= least and differ == 0, (lo, hi)
+
+
 @pytest.fixture
 def fresh_setting():
     """The kernel setting read again after the test (after monkeypatch has restored the environment)."""

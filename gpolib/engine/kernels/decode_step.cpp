@@ -20,6 +20,7 @@
 // own thread with its own scratch, no synchronisation between them (the calling thread takes the first part).
 #include "attention.h"
 #include "experts.h"
+#include "exp_float.h"
 #include "topk.h"
 
 namespace {
@@ -97,11 +98,9 @@ void norm_rope(const float* in, const float* weight, float eps, const float* cos
 void route(const float* logits, int64_t E, int64_t K, bool norm_topk, float* p, int64_t* idx, float* w) {
     float mx = logits[0];
     for (int64_t e = 1; e < E; ++e) mx = logits[e] > mx ? logits[e] : mx;
+    exp_to_float(logits, mx, E, p);  // p[e] = float(exp(double(logits[e] - mx))), as std::exp gives it (exp_float.h)
     double sum = 0.0;
-    for (int64_t e = 0; e < E; ++e) {
-        p[e] = static_cast<float>(std::exp(static_cast<double>(logits[e] - mx)));
-        sum += p[e];
-    }
+    for (int64_t e = 0; e < E; ++e) sum += p[e];
     for (int64_t e = 0; e < E; ++e) p[e] = static_cast<float>(p[e] / sum);
     // the K best in descending order in one pass (topk.h; K passes over E took ~40% of this file's own time on the
     // fine MoE), equal values with the lower e first
@@ -217,6 +216,38 @@ int gpolib_decode_step_f32(const int64_t* dims, float eps, const float* embed, c
     for (int64_t i = 0; i < b; ++i)
         if (tok[i] < 0 || tok[i] >= m.vocab || pos[i] < 0 || pos[i] >= m.S) return 2;
     in_parts(b, n_threads, [&](int64_t first, int64_t last) { rows_step(m, cache, tok, pos, col, first, last, out); });
+    return 0;
+}
+
+// The router softmax's exp (exp_float.h) against std::exp over floats x in [from, to] (from <= to <= 0), every
+// stride-th float by bit pattern (and +0 where to is 0): counts of the floats checked, of those whose result differs from
+// static_cast<float>(std::exp(static_cast<double>(x))), and of those Ziv's test sent to std::exp. Returns 0, 1 on
+// invalid arguments.
+int gpolib_exp_check(float from, float to, int64_t stride, int64_t* counts) {
+    if (!(from <= to) || to > 0.0f || stride < 1) return 1;
+    counts[0] = counts[1] = counts[2] = 0;
+    uint32_t lo, hi;  // negative floats: a larger magnitude has a larger bit pattern
+    const float top = to == 0.0f ? -0.0f : to;
+    std::memcpy(&lo, &top, 4);
+    std::memcpy(&hi, &from, 4);
+    float xs[8], got[8];
+    int64_t m = 0;
+    auto flush = [&]() {
+        counts[2] += exp_to_float(xs, 0.0f, m, got);
+        for (int64_t j = 0; j < m; ++j) {
+            const float want = static_cast<float>(std::exp(static_cast<double>(xs[j])));
+            counts[1] += std::memcmp(&want, &got[j], 4) != 0;
+        }
+        counts[0] += m;
+        m = 0;
+    };
+    for (uint64_t bits = lo; bits <= hi; bits += static_cast<uint64_t>(stride)) {
+        const uint32_t b32 = static_cast<uint32_t>(bits);
+        std::memcpy(&xs[m++], &b32, 4);
+        if (m == 8) flush();
+    }
+    if (to == 0.0f) xs[m++] = 0.0f;  // +0 too (a logit minus itself)
+    flush();
     return 0;
 }
 
