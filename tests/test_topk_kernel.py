@@ -1,4 +1,4 @@
-"""gpolib.engine.topk_kernel and the router's forward in qwen_ops: an MoE router's top-k by one C++ pass per token,
+"""gpolib.engine.topk_kernel and the router's forward in qwen_ops: an MoE router's top-k by one C++ call per batch,
 the same indices, values and gradients as transformers' router with torch.topk (issue 50)."""
 import pytest
 import torch
