@@ -129,7 +129,7 @@ def expert_change(before, after, mask: torch.Tensor) -> tuple[torch.Tensor, torc
     tokens). Both sets have k members, so |after \\ before| = |before \\ after|. Unlike `routing_change` (any
     change of a token's set counts 1), a set with one of k = 8 experts replaced counts 1/8.
     """
-    before, after = _stacked(before), _stacked(after)
+    before, after = (torch.stack(list(r)) if isinstance(r, (list, tuple)) else r for r in (before, after))
     if before.shape != after.shape or before.shape[1:-1] != mask.shape:
         raise ValueError(f"routing records {tuple(before.shape)} and {tuple(after.shape)} must both be (L, *S, k) "
                          f"with S = the mask's shape {tuple(mask.shape)}")
@@ -140,18 +140,12 @@ def expert_change(before, after, mask: torch.Tensor) -> tuple[torch.Tensor, torc
 
 
 def _not_in(after: torch.Tensor, before: torch.Tensor) -> torch.Tensor:
-    """(..., k) bool: after[..., j] is none of before[..., :] (k ids each). Ids in [0, 64): each set as the bits of
-    one int64, a slot's bit read by a shift (3 passes over (..., k)); else by comparing every pair (..., k, k)."""
-    ids = torch.stack([after.min(), after.max(), before.min(), before.max()]) if after.numel() else None
-    if ids is None or bool((ids < 0).any()) or bool((ids > 63).any()):
-        return ~(after.unsqueeze(-1) == before.unsqueeze(-2)).any(dim=-1)
-    one = torch.ones((), dtype=torch.int64, device=before.device)
-    members = (one << before.long()).sum(dim=-1, keepdim=True)  # (..., 1): distinct ids, so the sum is their OR
-    return ((members >> after.long()) & 1) == 0
-
-
-def _stacked(records) -> torch.Tensor:
-    return torch.stack(list(records)) if isinstance(records, (list, tuple)) else records
+    """(..., k) bool: after[..., j] is none of before[..., :] (k distinct ids each). Ids in [0, 64): each set as the
+    bits of one int64, a slot's bit read by a shift (3 passes over (..., k)); else by comparing every pair."""
+    if after.numel() and min(after.min(), before.min()) >= 0 and max(after.max(), before.max()) < 64:
+        members = (torch.ones((), dtype=torch.int64, device=before.device) << before.long()).sum(-1, keepdim=True)
+        return ((members >> after.long()) & 1) == 0  # distinct ids: their sum is their OR
+    return ~(after.unsqueeze(-1) == before.unsqueeze(-2)).any(dim=-1)
 
 
 def real_positions(ro) -> torch.Tensor:
