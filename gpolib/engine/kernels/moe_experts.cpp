@@ -109,7 +109,8 @@ int gpolib_moe_experts_backward_f32(const float* x, const float* dy, int64_t N, 
             }
             dw[slot] = dot;
         }
-        gemm_rows_of(dgur.data(), rows, I2, Strided{gate_up_t + e * I2 * H, H}, H, dxr.data(), true);  // dx += (rows, H)
+        const Strided gate_up_e{gate_up_t + e * I2 * H, H};  // (2I, H) as it lies
+        gemm_rows_of(dgur.data(), rows, I2, gate_up_e, H, dxr.data(), true);  // dx rows += (rows, H)
         // dgate_up_e = [dg | du]^T x (2I, H) and ddown_e^T = a^T dy (I, H): A transposed, B the rows in place
         gemm_of<Rows, true>(dgu.data(), I2, I2, rows, Rows{xr.data()}, H, dgate_up + e * I2 * H, H, false);
         gemm_of<Rows, true>(a.data(), I, I, rows, Rows{dyr.data()}, H, ddown_t + e * I * H, H, false);
