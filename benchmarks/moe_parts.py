@@ -9,8 +9,8 @@
    comparison it replaces where ids are not.
 4. One decode step (`Decoder.step`, the whole-step kernel) of 128 rows at 60 and 140 cached positions: the fine MoE
    against the dense embedded model (random LoRA folded in), and their ratio.
-Each figure is the median of `--repeats` means over 20 calls, one thread, beside the fp32 matmul peak measured in the
-same run.
+Each figure is the best of `--repeats` means over 20 calls (`decode_step.best_mean`; the decode steps by
+`decode_step.step_ms`), one thread, beside the fp32 matmul peak measured in the same run.
 
     python benchmarks/moe_parts.py [--repeats 7]
 """
@@ -18,34 +18,24 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # a checkout without installing
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402
 
+from decode_step import best_mean, step_ms  # noqa: E402  (this folder is on sys.path when run as a script)
 from gpolib import moe  # noqa: E402
 from gpolib.bench.common import cpu_model, matmul_peak_gflops  # noqa: E402
 from gpolib.engine import experts_kernel as K  # noqa: E402
 from gpolib.engine import topk_kernel  # noqa: E402
-from gpolib.engine.decoder import Decoder  # noqa: E402
 from gpolib.engine.weights import read  # noqa: E402
 from gpolib.models import EMBEDDED, load_policy  # noqa: E402
 
 
 def ms(fn, repeats: int, calls: int = 20) -> float:
-    """Milliseconds per call: the median of `repeats` means over `calls` calls, after one warm-up call."""
-    fn()
-    means = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        means.append((time.perf_counter() - t0) / calls)
-    return 1e3 * statistics.median(means)
+    return 1e3 * best_mean(fn, repeats, calls)
 
 
 def experts_and_top_k(repeats: int, N: int = 16 * 170, H: int = 128, E: int = 64, k: int = 8, I: int = 16) -> None:
@@ -84,16 +74,9 @@ def decode_steps(repeats: int, rows: int = 128) -> None:
                     prm.normal_(0, 0.02, generator=torch.Generator().manual_seed(2))
         weights[name] = read(model, 300)
     for end in (60, 140):
-        out = {}
-        for name, w in weights.items():
-            dec = Decoder(w, rows, end + 1, kernels="all")
-            dec.k.normal_()
-            dec.v.normal_()
-            tok, pos = torch.randint(2, w["embed"].shape[0], (rows,)), torch.full((rows,), end - 1)
-            with torch.inference_mode():
-                out[name] = ms(lambda: dec.step(tok, pos, end - 1), repeats)
-        print(f"decode step, {rows} rows at {end} positions: dense {out['dense']:.2f} ms, fine MoE "
-              f"{out['moe-fine']:.2f} ms, ratio {out['moe-fine'] / out['dense']:.2f}")
+        dense, fine = (step_ms(weights[name], rows, end, repeats, "all") for name in ("dense", "moe-fine"))
+        print(f"decode step, {rows} rows at {end} positions: dense {dense:.2f} ms, fine MoE {fine:.2f} ms, "
+              f"ratio {fine / dense:.2f}")
 
 
 def main(argv=None) -> int:
